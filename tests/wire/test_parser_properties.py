@@ -1,0 +1,82 @@
+"""Whatever bytes arrive, every parser returns a Call and never raises."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workbench.wire import Exchange, parse_exchange
+
+URLS = [
+    "https://api.openai.com/v1/chat/completions",
+    "https://api.openai.com/v1/responses",
+    "https://api.anthropic.com/v1/messages",
+    "https://example.com/other",
+]
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=5),
+    max_leaves=25,
+)
+usage_keys = st.sampled_from(
+    ["usage", "choices", "output", "content", "model", "status", "error", "type", "message", "delta", "x_groq"]
+)
+shaped = st.dictionaries(usage_keys, json_values, max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(url=st.sampled_from(URLS), status=st.sampled_from([200, 400, 429, 500, None]), body=st.binary(max_size=400))
+def test_arbitrary_bytes_give_a_call(url, status, body):
+    call = parse_exchange(Exchange(url=url, request_body=body, status=status, response_body=body))
+    assert call.http_status == status
+
+
+@settings(max_examples=300, deadline=None)
+@given(url=st.sampled_from(URLS), request=shaped, response=shaped)
+def test_wrong_typed_json_gives_a_call(url, request, response):
+    call = parse_exchange(
+        Exchange(url=url, request_body=json.dumps(request).encode(), status=200, response_body=json.dumps(response).encode())
+    )
+    assert call.input_tokens >= 0 and call.output_tokens >= 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(url=st.sampled_from(URLS[:3]), events=st.lists(shaped, max_size=6), cut=st.integers(min_value=0, max_value=2000))
+def test_truncated_sse_gives_a_call(url, events, cut):
+    stream = "".join(f"event: x\ndata: {json.dumps(event)}\n\n" for event in events).encode()[:cut]
+    call = parse_exchange(
+        Exchange(
+            url=url,
+            request_body=b'{"stream": true}',
+            status=200,
+            response_headers={"content-type": "text/event-stream"},
+            response_body=stream,
+            complete=False,
+        )
+    )
+    assert call.stream is True
+
+
+def test_a_stream_cut_before_its_usage_is_unsettled():
+    text = (
+        'event: message_start\ndata: {"type":"message_start","message":{"id":"m","model":"claude-x",'
+        '"usage":{"input_tokens":10,"output_tokens":1}}}\n\n'
+        'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\n\n'
+    )
+    call = parse_exchange(
+        Exchange(
+            url=URLS[2],
+            request_body=b'{"model":"claude-x","stream":true}',
+            status=200,
+            response_headers={"content-type": "text/event-stream"},
+            response_body=text.encode(),
+        )
+    )
+    assert (call.settled, call.output_text, call.model_served) == (False, "Hi", "claude-x")
+
+
+def test_unparseable_json_is_reported_not_raised():
+    call = parse_exchange(Exchange(url=URLS[0], status=200, response_body=b"{not json"))
+    assert call.error_type == "unparseable" and "JSONDecodeError" in call.error_message

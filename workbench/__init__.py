@@ -1,0 +1,3 @@
+"""Workbench: record, replay, evaluate and audit LLM calls."""
+
+__version__ = "0.1.0"

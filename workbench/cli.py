@@ -1,0 +1,83 @@
+"""The `workbench` command: thin; every command is a call into a stage. Errors are rendered here,
+in one place, with one exit-code table (`WorkbenchError.exit_code`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from workbench.errors import WorkbenchError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Record, replay, evaluate and audit LLM calls.")
+cassettes_app = typer.Typer(no_args_is_help=True, help="Inspect, check and export vcrpy cassettes.")
+app.add_typer(cassettes_app, name="cassettes")
+
+# wide enough for the tables when output goes to a pipe or a CI log
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+
+def _money(micros: int | None, currency: str | None = "USD", exact: bool = False) -> str:
+    from workbench.money import format_exact, format_micros
+
+    return (format_exact if exact else format_micros)(micros, currency or "USD")
+
+
+@cassettes_app.command("show")
+def cassettes_show(
+    path: Annotated[Path, typer.Argument(help="a cassette file (YAML or JSON)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the normalized calls as JSON")] = False,
+    models: Annotated[Path | None, typer.Option(help="models.toml to price with")] = None,
+) -> None:
+    """Every interaction of a cassette as a normalized call, priced."""
+    from workbench.models import load_registry
+    from workbench.replay.cassette import load_cassette
+    from workbench.wire import parse_exchange, priced
+
+    registry = load_registry(models)
+    calls = [priced(parse_exchange(interaction.exchange()), registry) for interaction in load_cassette(path)]
+    if as_json:
+        print(json.dumps([call.flat() for call in calls], indent=2, default=str))
+        return
+    table = Table(title=str(path), show_footer=True)
+    columns = ["#", "wire", "model", "status", "stop", "input", "cache read", "cache write", "output", "cost"]
+    for name in columns:
+        table.add_column(name, justify="right" if name not in {"wire", "model", "stop"} else "left")
+    total = 0
+    unpriced = 0
+    for index, call in enumerate(calls):
+        if call.cost_micros is None and call.settled:
+            unpriced += 1
+        total += call.cost_micros or 0
+        table.add_row(
+            str(index), call.wire, call.model_served or call.model_requested or "-", str(call.http_status),
+            call.stop_reason or call.error_type or "-", str(call.input_tokens), str(call.cache_read_tokens),
+            str(call.cache_write_tokens), str(call.output_tokens),
+            _money(call.cost_micros, call.currency, exact=True) if call.settled else "-",
+        )
+    table.columns[0].footer = "total"
+    table.columns[-1].footer = _money(total) + (f" + {unpriced} unpriced" if unpriced else "")
+    console.print(table)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except WorkbenchError as exc:
+        err_console.print(f"[bold red]{exc.code}[/]: {exc.cause}\n[bold]fix:[/] {exc.fix}")
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code
+        code = getattr(exc, "exit_code", None)
+        if code is None:
+            raise
+        if hasattr(exc, "show"):
+            exc.show()
+        sys.exit(code)

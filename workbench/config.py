@@ -1,0 +1,97 @@
+"""One settings object. Precedence, highest first: an explicit argument or CLI flag, then the
+`WORKBENCH_<NAME>` environment variable, then `[tool.workbench]` in the nearest `pyproject.toml`
+(searched upwards from the working directory), then the default below."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workbench.errors import WorkbenchError
+
+RecordMode = Literal["replay", "record", "rerecord", "live"]
+
+
+class Settings(BaseModel):
+    """Every setting: its default and its help. The environment variable is WORKBENCH_<NAME>."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    db: Path = Field(Path(".workbench/workbench.duckdb"), description="the DuckDB store file")
+    spool_dir: Path | None = Field(
+        None, description="where recording processes append their spool files (default: beside the db)"
+    )
+    flush_interval_s: float = Field(
+        0.5, gt=0, le=60, description="longest time a recorded call waits in memory before its spool write"
+    )
+    body_cap_bytes: int = Field(
+        65536, ge=1024, description="request and response bodies above this are cut, with a marker"
+    )
+    models: Path = Field(Path("models.toml"), description="the model registry file to load")
+    record_mode: RecordMode = Field("replay", description="cassette mode: replay, record, rerecord or live")
+    cassette_dir: Path = Field(Path("cassettes"), description="where cassettes are read and written")
+    capture: bool = Field(True, description="record calls into the store (false: pass through)")
+
+    @property
+    def resolved_spool_dir(self) -> Path:
+        return self.spool_dir or self.db.parent / "spool"
+
+
+def _pyproject_table(start: Path) -> tuple[dict, Path | None]:
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+            except tomllib.TOMLDecodeError as exc:
+                raise WorkbenchError(
+                    "WB_CONFIG_INVALID", f"{candidate} is not valid TOML: {exc}", f"fix the syntax of {candidate}"
+                ) from exc
+            return data.get("tool", {}).get("workbench", {}), folder
+    return {}, None
+
+
+def load_settings(cwd: Path | None = None, **overrides) -> Settings:
+    """Settings for a project rooted at or above `cwd`; `overrides` are flags (None means unset)."""
+    table, root = _pyproject_table((cwd or Path.cwd()).resolve())
+    values: dict = {}
+    for name in Settings.model_fields:
+        if name in table:
+            value = table[name]
+            # paths in pyproject.toml are relative to the file, not to where the command runs
+            if root is not None and name in {"db", "spool_dir", "models", "cassette_dir"}:
+                value = root / value
+            values[name] = value
+        env = os.environ.get(f"WORKBENCH_{name.upper()}")
+        if env is not None and env != "":
+            values[name] = env
+        if overrides.get(name) is not None:
+            values[name] = overrides[name]
+    unknown = set(table) - set(Settings.model_fields)
+    if unknown:
+        raise WorkbenchError(
+            "WB_CONFIG_INVALID",
+            f"unknown [tool.workbench] key(s): {', '.join(sorted(unknown))}",
+            f"remove them; known keys: {', '.join(Settings.model_fields)}",
+        )
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0])
+        raise WorkbenchError(
+            "WB_CONFIG_INVALID",
+            f"setting {name}={values.get(name)!r}: {first['msg']}",
+            f"set WORKBENCH_{name.upper()} or [tool.workbench] {name} to a valid value",
+        ) from exc
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The process's settings, read once (tests call `settings.cache_clear()` after changing env)."""
+    return load_settings()

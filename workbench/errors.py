@@ -1,0 +1,59 @@
+"""Every error a user can meet: a stable code, the cause (with the values involved) and a fix.
+
+The registry below is the one list of codes; `WorkbenchError` refuses a code that is not in it, and a
+test checks that every code used in the source is registered and documented in the README.
+"""
+
+from __future__ import annotations
+
+# code -> one line: what it means. Exit code 2 (could not judge) unless EXIT_CODES says otherwise.
+CODES: dict[str, str] = {
+    "WB_CONFIG_INVALID": "a setting in [tool.workbench] or a WORKBENCH_* variable has a wrong value",
+    "WB_MODELS_INVALID": "models.toml (or a register_model call) has a malformed row",
+    "WB_MODEL_UNKNOWN": "a model is not in the model registry, so it cannot be routed or priced",
+    "WB_MODEL_UNRESOLVED": "no model was given by the call, the prompt or the gateway default",
+    "WB_CASSETTE_INVALID": "a cassette file cannot be read as a vcrpy cassette",
+    "WB_CASSETTE_NOT_FOUND": "a cassette file or folder does not exist",
+    "WB_CASSETTE_SECRET": "a cassette holds a value that looks like a secret",
+    "WB_REPLAY_MISS": "replay mode got a request that the cassette has no recording for",
+    "WB_STORE_LOCKED": "the store stayed locked by another process past the retry window",
+    "WB_STORE_INVALID": "the store file is not a Workbench store, or is newer than this version",
+    "WB_RUN_NOT_FOUND": "no run with that id is in the store",
+    "WB_PROVIDER_ERROR": "the provider answered with an error that retries did not clear",
+    "WB_BUDGET_EXCEEDED": "a token or cost budget would be exceeded by the next call",
+    "WB_LLM_OUTPUT_INVALID": "the model's structured output did not validate, even after one repair turn",
+    "WB_LLM_TRUNCATED": "the model stopped at its output token ceiling",
+    "WB_LLM_REFUSED": "the model refused to answer",
+    "WB_AGENT_MAX_TURNS": "the agent used all its turns without a final answer",
+    "WB_AGENT_TOOL_LOOP": "the agent repeated the same tool calls and results",
+    "WB_AGENT_DEADLINE": "the agent ran past its deadline",
+    "WB_AGENT_CONTEXT_EXHAUSTED": "the conversation no longer fits the model's context, even after compaction",
+    "WB_PROMPT_RENDER": "a prompt template has a {{variable}} that was not given a value",
+    "WB_PROMPT_VERSION": "a released prompt version's content changed without a version bump",
+    "WB_EVAL_SUITE_INVALID": "an eval suite file or its cases cannot be loaded",
+    "WB_EVAL_BASELINE_MISSING": "the suite has never recorded a baseline",
+    "WB_EVAL_BASELINE_INVALID": "the baseline file is unreadable or has the wrong shape",
+    "WB_EVAL_RECORDING": "the gate was asked to run while WORKBENCH_EVAL_RECORD=1 is set",
+    "WB_EVAL_THRESHOLD": "a score dropped from the baseline by more than the tolerance",
+    "WB_EVAL_COST": "the cost per case rose more than --max-cost-increase allows",
+    "WB_EVAL_MISSING": "a declared prompt is not named by any eval suite",
+}
+
+# Exit codes of the CLI: 1 is a regression found by the gate, 2 anything that prevented a verdict.
+EXIT_CODES: dict[str, int] = {"WB_EVAL_THRESHOLD": 1, "WB_EVAL_COST": 1}
+
+
+class WorkbenchError(Exception):
+    """An error with a stable `code`, a `cause` naming the values involved and a `fix` to apply."""
+
+    def __init__(self, code: str, cause: str, fix: str) -> None:
+        if code not in CODES:
+            raise ValueError(f"unregistered error code {code!r}: add it to workbench.errors.CODES")
+        self.code = code
+        self.cause = cause
+        self.fix = fix
+        super().__init__(f"{code}: {cause} (fix: {fix})")
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES.get(self.code, 2)

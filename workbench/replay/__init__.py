@@ -1,0 +1,1 @@
+"""Cassettes: reading, writing, matching and replaying vcrpy cassettes."""

@@ -1,0 +1,148 @@
+"""vcrpy cassettes, read with a safe loader only: YAML or JSON, vcrpy's current layout
+(`response.status` / `body.string`), the older httpx layout (`status_code` / `content`), `!!binary`
+gzip or brotli bodies, and pydantic-ai's `parsed_body` mappings."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, Field
+
+from workbench.errors import WorkbenchError
+from workbench.wire.call import Exchange
+
+try:  # the C loader is several times faster; both are safe loaders
+    _SafeLoader = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - libyaml missing
+    _SafeLoader = yaml.SafeLoader
+
+
+class RecordedRequest(BaseModel):
+    method: str = "POST"
+    uri: str
+    headers: dict[str, list[str]] = Field(default_factory=dict)
+    body: bytes = b""
+
+
+class RecordedResponse(BaseModel):
+    status: int
+    reason: str = ""
+    headers: dict[str, list[str]] = Field(default_factory=dict)
+    body: bytes = b""
+
+
+class Interaction(BaseModel):
+    request: RecordedRequest
+    response: RecordedResponse
+
+    def exchange(self) -> Exchange:
+        return Exchange(
+            method=self.request.method,
+            url=self.request.uri,
+            request_headers=_flat(self.request.headers),
+            request_body=self.request.body,
+            status=self.response.status,
+            response_headers=_flat(self.response.headers),
+            response_body=self.response.body,
+        )
+
+
+def _flat(headers: dict[str, list[str]]) -> dict[str, str]:
+    return {name: ", ".join(values) for name, values in headers.items()}
+
+
+def _bytes(value) -> bytes:
+    """A body in any of the stored shapes, as bytes."""
+    if value is None:
+        return b""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, dict):
+        if "parsed_body" in value:  # pydantic-ai: the JSON body as a mapping
+            return json.dumps(value["parsed_body"]).encode("utf-8")
+        if "base64_string" in value:
+            return base64.b64decode(value["base64_string"])
+        return _bytes(value.get("string"))
+    if isinstance(value, (list, int, float)):
+        return json.dumps(value).encode("utf-8")
+    raise ValueError(f"unsupported body of type {type(value).__name__}")
+
+
+def _headers(value) -> dict[str, list[str]]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(name): [str(v) for v in (vs if isinstance(vs, list) else [vs])] for name, vs in value.items()}
+
+
+def _interaction(raw: dict) -> Interaction:
+    request, response = raw["request"], raw["response"]
+    request_body = request.get("body")
+    if request_body is None and "parsed_body" in request:
+        request_body = {"parsed_body": request["parsed_body"]}
+    response_body = response.get("body", response.get("content"))
+    if response_body is None and "parsed_body" in response:
+        response_body = {"parsed_body": response["parsed_body"]}
+    status = response.get("status", response.get("status_code"))
+    if isinstance(status, dict):  # vcrpy: {code, message}
+        reason, status = status.get("message", ""), status.get("code")
+    else:
+        reason = ""
+    return Interaction(
+        request=RecordedRequest(
+            method=str(request.get("method", "POST")).upper(),
+            uri=request["uri"],
+            headers=_headers(request.get("headers")),
+            body=_bytes(request_body),
+        ),
+        response=RecordedResponse(status=int(status), reason=reason, headers=_headers(response.get("headers")), body=_bytes(response_body)),
+    )
+
+
+def parse_cassette(text: str | bytes, name: str = "<cassette>") -> list[Interaction]:
+    """Interactions of a cassette's text, JSON or YAML; anything else is WB_CASSETTE_INVALID."""
+    try:
+        stripped = text.lstrip()
+        if stripped[:1] in ("{", b"{"):
+            data = json.loads(text)
+        else:
+            data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader
+    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        detail = str(exc).splitlines()[0]
+        raise WorkbenchError(
+            "WB_CASSETTE_INVALID",
+            f"{name} is not a readable cassette: {detail}",
+            f"re-record {name} with `workbench` or vcrpy; Python-object YAML tags are never loaded",
+        ) from exc
+    if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
+        raise WorkbenchError(
+            "WB_CASSETTE_INVALID",
+            f"{name} has no `interactions` list",
+            f"check that {name} is a vcrpy cassette (a mapping with `interactions:`)",
+        )
+    interactions = []
+    for index, raw in enumerate(data["interactions"]):
+        try:
+            interactions.append(_interaction(raw))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkbenchError(
+                "WB_CASSETTE_INVALID",
+                f"{name} interaction {index} is malformed: {type(exc).__name__}: {exc}",
+                f"remove or re-record interaction {index} of {name}",
+            ) from exc
+    return interactions
+
+
+def load_cassette(path: Path | str) -> list[Interaction]:
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError as exc:
+        raise WorkbenchError(
+            "WB_CASSETTE_NOT_FOUND", f"no cassette at {path}", f"record it: WORKBENCH_RECORD_MODE=record <your command>"
+        ) from exc
+    return parse_cassette(text, str(path))

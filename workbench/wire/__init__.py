@@ -1,0 +1,147 @@
+"""Pure parsers: a provider request and response, as bytes, become one normalized `Call`.
+
+`parse_exchange` never raises: whatever it cannot read yields a `Call` with
+`error_type="unparseable"` and the reason in `error_message`.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+from workbench.models import ModelRegistry, price_with
+from workbench.wire import anthropic_messages, openai_chat, openai_responses
+from workbench.wire.call import Call, Exchange, ToolCall, Wire
+from workbench.wire.canonical import request_hash
+from workbench.wire.decode import decode_body
+from workbench.wire.redact import cap_text, redact_url
+from workbench.wire.sse import looks_like_sse, parse_events
+
+__all__ = ["Call", "Exchange", "ToolCall", "Wire", "is_complete", "parse_exchange", "priced", "provider_of", "wire_of"]
+
+_PARSERS = {
+    "openai.chat": openai_chat,
+    "openai.responses": openai_responses,
+    "anthropic.messages": anthropic_messages,
+}
+# host suffix -> provider; anything else is named by its host
+_HOSTS = {
+    "api.openai.com": "openai",
+    "openai.azure.com": "azure",
+    "api.anthropic.com": "anthropic",
+    "openrouter.ai": "openrouter",
+    "api.groq.com": "groq",
+    "api.mistral.ai": "mistral",
+    "api.deepseek.com": "deepseek",
+    "generativelanguage.googleapis.com": "google",
+}
+_DEFAULT_CAP = 65536
+
+
+def wire_of(method: str, url: str) -> Wire:
+    if method.upper() != "POST":
+        return "unknown"
+    path = urlsplit(url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        return "openai.chat"
+    if path.endswith("/responses"):
+        return "openai.responses"
+    if path.endswith("/messages"):
+        return "anthropic.messages"
+    return "unknown"
+
+
+def provider_of(url: str, wire: Wire) -> str:
+    host = (urlsplit(url).hostname or "").lower()
+    for suffix, name in _HOSTS.items():
+        if host == suffix or host.endswith("." + suffix):
+            return name
+    if host in {"127.0.0.1", "localhost", "::1"} or not host:
+        return {"anthropic.messages": "anthropic", "unknown": "unknown"}.get(wire, "openai")
+    return host
+
+
+def _headers(headers: dict[str, str]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def is_complete(wire: Wire, body: bytes, content_encoding: str | None = None) -> bool:
+    """Did a streamed body reach its protocol's end (`[DONE]`, `message_stop`, `response.completed`)?"""
+    parser = _PARSERS.get(wire)
+    if parser is None:
+        return True
+    text = decode_body(body, content_encoding).decode("utf-8", "replace")
+    return parser.is_complete(parse_events(text))
+
+
+def parse_exchange(exchange: Exchange, body_cap: int = _DEFAULT_CAP) -> Call:
+    call = Call(url=redact_url(exchange.url), method=exchange.method.upper(), http_status=exchange.status)
+    try:
+        _parse(call, exchange, body_cap)
+    except Exception as exc:  # noqa: BLE001 - a parser never breaks the caller; the reason is kept
+        call.error_type = "unparseable"
+        call.error_message = f"{type(exc).__name__}: {exc}"[:500]
+        call.settled = False
+    return call
+
+
+def _parse(call: Call, exchange: Exchange, body_cap: int) -> None:
+    call.wire = wire_of(exchange.method, exchange.url)
+    call.provider = provider_of(exchange.url, call.wire)
+    call.request_hash = request_hash(exchange.method, exchange.url, exchange.request_body)
+    request_headers = _headers(exchange.request_headers)
+    response_headers = _headers(exchange.response_headers)
+    request_text = decode_body(exchange.request_body, request_headers.get("content-encoding")).decode("utf-8", "replace")
+    call.request_json = cap_text(request_text or None, body_cap)
+    request = json.loads(request_text) if request_text.strip().startswith("{") else {}
+    if isinstance(request, dict):
+        model = request.get("model")
+        call.model_requested = model if isinstance(model, str) else None
+        call.stream = request.get("stream") is True
+    call.request_id = response_headers.get("request-id") or response_headers.get("x-request-id")
+    body = decode_body(exchange.response_body, response_headers.get("content-encoding"))
+    text = body.decode("utf-8", "replace")
+    call.response_json = cap_text(text or None, body_cap)
+    if exchange.status is None:
+        call.error_type = "transport_error"
+        return
+    parser = _PARSERS.get(call.wire)
+    if parser is None:
+        return
+    if looks_like_sse(body, response_headers.get("content-type", "")):
+        events = parse_events(text)
+        parser.fill_stream(call, events)
+        if exchange.status >= 400 and not call.error_type:
+            call.error_type = f"http_{exchange.status}"
+    else:
+        data = json.loads(text) if text.strip() else None
+        if exchange.status >= 400:
+            _fill_error(call, data, exchange.status)
+        elif isinstance(data, dict):
+            parser.fill_json(call, data)
+        else:
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    if exchange.status >= 400:
+        call.settled = False
+
+
+def _fill_error(call: Call, data, status: int) -> None:
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        call.error_type = error.get("type") or (str(error["code"]) if error.get("code") is not None else None)
+        call.error_message = error.get("message")
+    elif isinstance(error, str):
+        call.error_message = error
+    call.error_type = call.error_type or f"http_{status}"
+
+
+def priced(call: Call, registry: ModelRegistry) -> Call:
+    """`call` with its cost from the registry: by the served model, else the requested one.
+    A call no row prices keeps `price_source = None` (unpriced, never zero)."""
+    if not call.settled:
+        return call
+    row = registry.find(call.model_served) or registry.find(call.model_requested)
+    if row is not None:
+        result = price_with(row, call.usage)
+        call.cost_micros, call.currency, call.price_source = result.cost_micros, result.currency, result.price_source
+    return call
