@@ -1,0 +1,32 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from fixtures.fake_server import FakeServer  # tests/ is on sys.path (rootdir conftest, no __init__.py)
+from workbench.demo.fake_provider import FakeProvider
+
+
+@pytest.fixture(scope="session")
+def _fake_server() -> Iterator[FakeServer]:
+    # one real HTTP server per session (per xdist worker); each test gets a fresh provider behind it
+    server = FakeServer(FakeProvider())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fake_provider() -> FakeProvider:
+    """A fresh FakeProvider: empty script, no recorded requests, cold caches."""
+    return FakeProvider()
+
+
+@pytest.fixture
+def fake_url(_fake_server: FakeServer, fake_provider: FakeProvider) -> Iterator[str]:
+    """Base URL (``http://127.0.0.1:PORT``, no ``/v1``) of a real HTTP server answering with ``fake_provider``."""
+    _fake_server.provider = fake_provider
+    yield _fake_server.url
+    _fake_server.provider = FakeProvider()

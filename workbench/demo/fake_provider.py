@@ -1,0 +1,721 @@
+"""A deterministic, scriptable fake LLM provider speaking three real wire formats.
+
+It answers ``POST /v1/chat/completions`` (OpenAI chat), ``POST /v1/responses`` (OpenAI Responses)
+and ``POST /v1/messages`` (Anthropic Messages; also ``/v1/messages/count_tokens``), as JSON or as
+SSE when the body says ``"stream": true``, closely enough that the real ``openai`` and ``anthropic``
+SDKs parse it, helpers included. ``FakeProvider.handle`` is the one core function; it is pure
+Python and does no I/O. ``tests/fixtures/fake_server.py`` serves it over real HTTP; the transports
+at the bottom of this module plug it into an httpx2 / httpx client in-process.
+
+Replies are scripted (``provider.script(Reply(...), ...)``, FIFO, one queue for every path); when
+the queue is empty the ``responder`` hook, else a deterministic echo of the last user text, answers.
+
+Token counting (deterministic, documented because tests assert on it): a piece of text costs
+``ceil(len(text.encode("utf-8")) / 4)`` tokens.
+
+* Anthropic: the request is cut into segments in cache-prefix order — each tool (its JSON), each
+  system block, each message content block (a text block counts its text, any other block its
+  compact JSON) — and input is the sum of the segments' costs.
+* OpenAI (chat and Responses): the prompt is serialised to one string (tools JSON, instructions,
+  then one ``role: content`` line per message / input item) and input is that string's cost.
+* Output is the cost of the visible text + refusal + each tool call's name and JSON arguments,
+  plus ``Reply.reasoning_tokens`` (reasoning tokens are output tokens), at least 1.
+
+Prompt caching (deterministic and per provider instance, like a real cache but never expiring):
+
+* Anthropic: explicit. The prefix up to each ``cache_control`` mark is hashed (model included). The
+  longest previously written prefix ending at or up to 20 segments before a mark is a cache READ;
+  from there up to the LAST mark is a cache WRITE; the rest is ``input_tokens`` (which EXCLUDES
+  both, as Anthropic reports). Prefixes shorter than ``anthropic_min_cache_tokens`` (default 0;
+  the real API uses 1024-4096) are not cached.
+* OpenAI: automatic. A prompt of >= 1024 tokens remembers its prefixes at 1024, 1152, 1280, ...
+  tokens (4 bytes per token over the serialised prompt); the longest one seen before is reported
+  as ``cached_tokens``, which ``prompt_tokens`` INCLUDES, as OpenAI reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import re
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+__all__ = [
+    "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "count_tokens",
+    "FakeTransport", "AsyncFakeTransport", "HttpxFakeTransport", "AsyncHttpxFakeTransport",
+    "make_transports",
+]
+
+CREATED = 1_700_000_000  # fixed clock: identical scripts give identical bytes
+
+
+@dataclass
+class Reply:
+    """One scripted answer. A ``status`` >= 400 makes it an error in the provider's error shape."""
+
+    text: str | None = None
+    tool_calls: list[tuple[str, dict]] = field(default_factory=list)
+    status: int = 200
+    error_type: str | None = None  # default derived from status and wire
+    error_message: str | None = None
+    error_code: str | None = None  # OpenAI error.code; default derived from status
+    stop_reason: str | None = None  # any wire's spelling: "max_tokens" == "length" == ...
+    refusal: str | None = None
+    reasoning_tokens: int = 0
+    cut_after_events: int | None = None  # send N SSE events (pings count), or half a JSON body, then drop
+    delay_s: float = 0.0  # applied by the server / transports before the response starts
+    retry_after: float | None = None
+    usage: dict[str, int] | None = None  # input_tokens, cache_read_tokens, cache_write_tokens, output_tokens
+    model: str | None = None  # model served; default: the model requested
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FakeRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+    json: Any  # parsed body, None when absent or not JSON
+
+    @property
+    def wire(self) -> str | None:
+        return _wire_of(self.method, self.path)
+
+
+@dataclass
+class FakeResponse:
+    status: int
+    headers: dict[str, str]
+    chunks: list[bytes]  # one SSE event per chunk when streaming; the JSON body otherwise
+    cut: bool = False  # the connection must drop after the chunks, with no clean end
+    delay_s: float = 0.0
+
+    @property
+    def is_stream(self) -> bool:
+        return self.headers.get("content-type", "").startswith("text/event-stream")
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def count_tokens(text: str) -> int:
+    """The fake tokenizer: 4 UTF-8 bytes per token, rounded up."""
+    return math.ceil(len(text.encode("utf-8")) / 4)
+
+
+# ---------------------------------------------------------------- request helpers
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def _strip_cc(obj: Any) -> Any:
+    # a cache mark is not content: moving it must not change a prefix's hash
+    return {k: v for k, v in obj.items() if k != "cache_control"} if isinstance(obj, dict) else obj
+
+
+def _block_text(block: Any) -> str:
+    if isinstance(block, str):
+        return block
+    if isinstance(block, dict) and isinstance(block.get("text"), str):
+        return block["text"]
+    return _dumps(_strip_cc(block))
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return " ".join(_block_text(b) for b in content)
+    return _block_text(content)
+
+
+def _plain_text(x: Any) -> str:
+    """Human text only (for the echo): text fields, tool results, function outputs."""
+    if isinstance(x, str):
+        return x
+    if isinstance(x, list):
+        return " ".join(t for t in (_plain_text(i) for i in x) if t)
+    if isinstance(x, dict):
+        for key in ("text", "content", "output"):
+            if key in x:
+                return _plain_text(x[key])
+    return ""
+
+
+def _wire_of(method: str, path: str) -> str | None:
+    path = path.split("?", 1)[0].rstrip("/")
+    if method.upper() != "POST":
+        return None
+    for suffix, wire in (("/chat/completions", "openai.chat"), ("/responses", "openai.responses"),
+                         ("/messages/count_tokens", "anthropic.count_tokens"),
+                         ("/messages", "anthropic.messages")):
+        if path.endswith(suffix):
+            return wire
+    return None
+
+
+def _anthropic_segments(body: dict) -> list[tuple[str, str, bool]]:
+    """(hash material, countable text, has cache mark) in Anthropic's prefix order."""
+    segs = [(_dumps(_strip_cc(t)), _dumps(_strip_cc(t)), "cache_control" in t)
+            for t in body.get("tools") or [] if isinstance(t, dict)]
+    system = body.get("system")
+    blocks = [system] if isinstance(system, str) else (system or [])
+    segs += [("system:" + _dumps(_strip_cc(b)), _block_text(b), isinstance(b, dict) and "cache_control" in b)
+             for b in blocks]
+    for m in body.get("messages") or []:
+        content = m.get("content")
+        for b in [content] if isinstance(content, str) else (content or []):
+            segs.append((m.get("role", "") + ":" + _dumps(_strip_cc(b)), _block_text(b),
+                         isinstance(b, dict) and "cache_control" in b))
+    return segs
+
+
+def _openai_prompt(wire: str, body: dict) -> str:
+    parts = [_dumps(body["tools"])] if body.get("tools") else []
+    if wire == "openai.responses":
+        if body.get("instructions"):
+            parts.append("system: " + str(body["instructions"]))
+        items = body.get("input")
+        items = [{"role": "user", "content": items}] if isinstance(items, str) else (items or [])
+    else:
+        items = body.get("messages") or []
+    for m in items:
+        if not isinstance(m, dict):
+            parts.append(_block_text(m))
+            continue
+        # a message is "role: text"; anything else it carries (tool calls, call ids, outputs) as JSON
+        rest = {k: v for k, v in m.items() if k not in ("role", "content", "type")}
+        line = f"{m.get('role') or m.get('type', '')}: {_content_text(m.get('content'))}"
+        parts.append(line + (" " + _dumps(rest) if rest else ""))
+    return "\n".join(parts)
+
+
+def _last_user_text(wire: str, body: dict) -> str:
+    items = body.get("input") if wire == "openai.responses" else body.get("messages")
+    if isinstance(items, str):
+        return items
+    for m in reversed(items or []):
+        if isinstance(m, dict) and m.get("role", "user") == "user":
+            return _plain_text(m.get("content", m))
+    return ""
+
+
+# ---------------------------------------------------------------- stop reasons and errors
+
+_STOP_ALIASES = {
+    "end": {"end_turn", "stop", "completed", "stop_sequence"},
+    "tool": {"tool_use", "tool_calls"},
+    "length": {"max_tokens", "length", "max_output_tokens", "incomplete"},
+}
+_STOP_SPELLING = {  # canonical -> per-wire spelling (Responses: the incomplete reason, or None)
+    "openai.chat": {"end": "stop", "tool": "tool_calls", "length": "length"},
+    "anthropic.messages": {"end": "end_turn", "tool": "tool_use", "length": "max_tokens"},
+    "openai.responses": {"end": None, "tool": None, "length": "max_output_tokens"},
+}
+
+
+def _stop_for(wire: str, raw: str) -> str | None:
+    for canon, names in _STOP_ALIASES.items():
+        if raw in names:
+            return _STOP_SPELLING[wire][canon]
+    return raw  # e.g. "refusal", "content_filter", "pause_turn": passed through
+
+
+_OPENAI_ERRORS = {400: ("invalid_request_error", None), 401: ("invalid_request_error", "invalid_api_key"),
+                  403: ("permission_error", None), 404: ("invalid_request_error", "not_found"),
+                  429: ("requests", "rate_limit_exceeded")}
+_ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                     404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                     500: "api_error", 529: "overloaded_error"}
+_ERROR_TEXT = {429: "Rate limit exceeded", 529: "Overloaded", 500: "Internal server error"}
+
+
+def _error_response(wire: str | None, status: int, rid: str, *, etype: str | None = None,
+                    message: str | None = None, code: str | None = None, param: str | None = None,
+                    retry_after: float | None = None, extra: dict | None = None) -> FakeResponse:
+    message = message or _ERROR_TEXT.get(status, f"fake error (HTTP {status})")
+    if wire and wire.startswith("anthropic"):
+        etype = etype or _ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        body: dict = {"type": "error", "error": {"type": etype, "message": message}, "request_id": rid}
+        headers = {"request-id": rid}
+    else:
+        dtype, dcode = _OPENAI_ERRORS.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
+        body = {"error": {"message": message, "type": etype or dtype, "param": param, "code": code or dcode}}
+        headers = {"x-request-id": rid}
+    if retry_after is not None:
+        headers["retry-after"] = f"{retry_after:g}"
+    return _json_response(status, body, {**headers, **(extra or {})})
+
+
+def _json_response(status: int, obj: Any, headers: dict[str, str]) -> FakeResponse:
+    data = json.dumps(obj, ensure_ascii=False).encode()
+    return FakeResponse(status, {"content-type": "application/json", "content-length": str(len(data)),
+                                 **headers}, [data])
+
+
+def _sse(event: str | None, data: Any) -> bytes:
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return ((f"event: {event}\n" if event else "") + f"data: {payload}\n\n").encode()
+
+
+def _pieces(text: str) -> list[str]:
+    """Word-sized stream deltas; joined they are exactly the text."""
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+def _loads_or_empty(args: str) -> Any:
+    try:
+        return json.loads(args)
+    except json.JSONDecodeError:
+        return {}
+
+
+def _halves(s: str) -> list[str]:
+    return [p for p in (s[: len(s) // 2], s[len(s) // 2:]) if p]
+
+
+# ---------------------------------------------------------------- the provider
+
+@dataclass
+class _Turn:
+    """Everything a wire renderer needs; computed once, wire-independently."""
+
+    n: int
+    model: str
+    text: str | None
+    refusal: str | None
+    calls: list[tuple[str, str, str]]  # (call id, name, JSON arguments)
+    stop: str  # raw, any wire's spelling
+    usage: dict[str, int]  # input_tokens (uncached), cache_read/write_tokens, output/reasoning_tokens
+
+
+class FakeProvider:
+    """Scriptable, deterministic, thread-safe. See the module docstring for tokens and caching."""
+
+    def __init__(self, *, responder: Callable[[FakeRequest], Reply | None] | None = None,
+                 context_window: dict[str, int] | None = None, anthropic_min_cache_tokens: int = 0,
+                 openai_min_cache_tokens: int = 1024, echo_chars: int = 200) -> None:
+        self.responder = responder
+        self.context_window = dict(context_window or {})
+        self.anthropic_min_cache_tokens = anthropic_min_cache_tokens
+        self.openai_min_cache_tokens = openai_min_cache_tokens
+        self.echo_chars = echo_chars
+        self._lock = threading.RLock()  # the server is threaded; a responder may re-enter
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the script, the recorded requests, both caches and the id counter."""
+        with self._lock:
+            self._queue: deque[Reply] = deque()
+            self.requests: list[FakeRequest] = []
+            self._anthropic_cache: set[str] = set()
+            self._openai_cache: set[str] = set()
+            self._seq = itertools.count(1)
+
+    def script(self, *replies: Reply | str) -> FakeProvider:
+        """Enqueue replies (a bare string is ``Reply(text=...)``), served FIFO on every path."""
+        with self._lock:
+            self._queue.extend(Reply(text=r) if isinstance(r, str) else r for r in replies)
+        return self
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    # -- the one core function
+    def handle(self, method: str, path: str, headers: dict[str, str] | Iterable[tuple[str, str]],
+               body: bytes) -> FakeResponse:
+        items = headers.items() if isinstance(headers, dict) else headers
+        try:
+            parsed = json.loads(body.decode("utf-8")) if body else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            parsed = None
+        req = FakeRequest(method.upper(), path, {k.lower(): v for k, v in items}, body, parsed)
+        with self._lock:
+            self.requests.append(req)
+            n = next(self._seq)
+            return self._handle(req, n)
+
+    def _handle(self, req: FakeRequest, n: int) -> FakeResponse:
+        wire, body, rid = req.wire, req.json, f"req_fake{n:06d}"
+        if wire is None:
+            return _error_response("openai" if "/messages" not in req.path else "anthropic", 404, rid,
+                                   message=f"Unknown request URL: {req.method} {req.path}")
+        if not isinstance(body, dict):
+            return _error_response(wire, 400, rid, message="We could not parse the JSON body of your request.")
+        model = body.get("model") or "fake-model"
+        if wire.startswith("anthropic"):
+            segs = _anthropic_segments(body)
+            total = sum(count_tokens(t) for _, t, _ in segs)
+            if wire == "anthropic.count_tokens":
+                return _json_response(200, {"input_tokens": total}, {"request-id": rid})
+        else:
+            prompt = _openai_prompt(wire, body)
+            total = count_tokens(prompt)
+        limit = self.context_window.get(model)
+        if limit is not None and total > limit:  # rejected before generation: the script is kept
+            return self._overflow(wire, rid, total, limit)
+
+        reply = self._next_reply(req, wire, body)
+        extra = dict(reply.headers)
+        if reply.status >= 400:
+            err = _error_response(wire, reply.status, rid, etype=reply.error_type, message=reply.error_message,
+                                  code=reply.error_code, retry_after=reply.retry_after, extra=extra)
+            err.delay_s = reply.delay_s
+            return err
+
+        read, write = (self._anthropic_caching(model, segs) if wire.startswith("anthropic")
+                       else self._openai_caching(model, prompt, total))
+        turn = self._turn(n, wire, body, model, reply, total, read, write)
+        idh, render = _RENDERERS[wire]
+        if reply.retry_after is not None:
+            extra["retry-after"] = f"{reply.retry_after:g}"
+        stream = bool(body.get("stream"))
+        obj_or_events = render(turn, body, stream)
+        if stream:
+            events = obj_or_events
+            resp = FakeResponse(200, {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache",
+                                      idh: rid, **extra}, events)
+            if reply.cut_after_events is not None:
+                resp.chunks, resp.cut = events[: reply.cut_after_events], True
+        else:
+            resp = _json_response(200, obj_or_events, {idh: rid, **extra})
+            if reply.cut_after_events is not None:  # half a body behind a full content-length
+                resp.chunks, resp.cut = [resp.chunks[0][: len(resp.chunks[0]) // 2]], True
+        resp.delay_s = reply.delay_s
+        return resp
+
+    def _overflow(self, wire: str, rid: str, total: int, limit: int) -> FakeResponse:
+        if wire.startswith("anthropic"):
+            return _error_response(wire, 400, rid, etype="invalid_request_error",
+                                   message=f"prompt is too long: {total} tokens > {limit} maximum")
+        if wire == "openai.responses":
+            msg = "Your input exceeds the context window of this model. Please adjust your input and try again."
+            param = "input"
+        else:
+            msg, param = (f"This model's maximum context length is {limit} tokens. However, your messages resulted "
+                          f"in {total} tokens. Please reduce the length of the messages."), "messages"
+        return _error_response(wire, 400, rid, etype="invalid_request_error", message=msg,
+                               code="context_length_exceeded", param=param)
+
+    def _next_reply(self, req: FakeRequest, wire: str, body: dict) -> Reply:
+        if self._queue:
+            return self._queue.popleft()
+        if self.responder is not None:
+            reply = self.responder(req)
+            if reply is not None:
+                return reply
+        return Reply(text="echo: " + _last_user_text(wire, body)[: self.echo_chars])
+
+    # -- caching (see the module docstring)
+    def _anthropic_caching(self, model: str, segs: list[tuple[str, str, bool]]) -> tuple[int, int]:
+        h = hashlib.sha256(f"anthropic|{model}".encode())
+        hashes, cum, tokens = [], [], 0
+        for material, text, _ in segs:
+            h.update(material.encode() + b"\x00")
+            hashes.append(h.hexdigest())
+            tokens += count_tokens(text)
+            cum.append(tokens)
+        marks = [i for i, s in enumerate(segs) if s[2] and cum[i] >= self.anthropic_min_cache_tokens
+                 and cum[i] > 0]
+        if not marks:
+            return 0, 0
+        # like the real API, each breakpoint also looks back up to 20 blocks for an earlier entry
+        candidates = {i for m in marks for i in range(max(0, m - 19), m + 1)}
+        hit = max((i for i in candidates if hashes[i] in self._anthropic_cache), default=None)
+        read = cum[hit] if hit is not None else 0
+        write = cum[marks[-1]] - read
+        self._anthropic_cache.update(hashes[m] for m in marks)
+        return read, write
+
+    def _openai_caching(self, model: str, prompt: str, total: int) -> tuple[int, int]:
+        if total < self.openai_min_cache_tokens:
+            return 0, 0
+        data = prompt.encode("utf-8")
+        h, done, seen, cached = hashlib.sha256(f"openai|{model}".encode()), 0, [], 0
+        for k in range(self.openai_min_cache_tokens, total + 1, 128):  # incremental: O(prompt)
+            h.update(data[done: 4 * k])
+            done = 4 * k
+            digest = h.hexdigest()
+            if digest in self._openai_cache:
+                cached = k
+            seen.append(digest)
+        self._openai_cache.update(seen)
+        return cached, 0
+
+    def _turn(self, n: int, wire: str, body: dict, model: str, reply: Reply, total: int,
+              read: int, write: int) -> _Turn:
+        prefix = "toolu_fake" if wire.startswith("anthropic") else "call_fake"
+        calls = [(f"{prefix}{n:06d}_{i}", name, _dumps(args) if not isinstance(args, str) else args)
+                 for i, (name, args) in enumerate(reply.tool_calls)]
+        text, stop = reply.text, reply.stop_reason
+        limit = body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
+
+        def visible(t: str | None) -> int:
+            return count_tokens((t or "") + (reply.refusal or "")) + sum(count_tokens(nm + a) for _, nm, a in calls)
+
+        if stop is None and isinstance(limit, int) and visible(text) + reply.reasoning_tokens > limit:
+            # honest truncation: the text is cut to the budget and the stop reason says so
+            keep = max(0, limit - reply.reasoning_tokens) * 4
+            text = (text or "").encode()[:keep].decode("utf-8", "ignore") if text is not None else None
+            stop = "length"
+        if stop is None:  # any wire's spelling; each renderer maps it to its own
+            stop = "tool_use" if calls else "refusal" if reply.refusal and wire.startswith("anthropic") else "end_turn"
+        usage = {"input_tokens": total - read - write, "cache_read_tokens": read, "cache_write_tokens": write,
+                 "output_tokens": max(1, visible(text) + reply.reasoning_tokens),
+                 "reasoning_tokens": reply.reasoning_tokens}
+        usage.update(reply.usage or {})
+        return _Turn(n, reply.model or model, text, reply.refusal, calls, stop, usage)
+
+
+# ---------------------------------------------------------------- OpenAI chat completions
+
+def _chat_usage(u: dict[str, int]) -> dict:
+    prompt = u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"]  # INCLUDES cached
+    return {"prompt_tokens": prompt, "completion_tokens": u["output_tokens"],
+            "total_tokens": prompt + u["output_tokens"],
+            "prompt_tokens_details": {"cached_tokens": u["cache_read_tokens"], "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": u["reasoning_tokens"], "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
+
+
+def _render_chat(t: _Turn, body: dict, stream: bool) -> Any:
+    finish = _stop_for("openai.chat", t.stop)
+    head = {"id": f"chatcmpl-fake{t.n:06d}", "created": CREATED, "model": t.model,
+            "service_tier": "default", "system_fingerprint": "fp_fake"}
+    if not stream:
+        message: dict = {"role": "assistant", "content": t.text, "refusal": t.refusal, "annotations": []}
+        if t.calls:
+            message["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                                     for cid, name, args in t.calls]
+        return {**head, "object": "chat.completion", "usage": _chat_usage(t.usage),
+                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]}
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    head = {**head, "object": "chat.completion.chunk", **({"usage": None} if include_usage else {})}
+
+    def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return _sse(None, {**head, "choices": [choice]})
+
+    events = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    events += [chunk({"content": p}) for p in _pieces(t.text or "")]
+    events += [chunk({"refusal": p}) for p in _pieces(t.refusal or "")]
+    for i, (cid, name, args) in enumerate(t.calls):
+        events.append(chunk({"tool_calls": [{"index": i, "id": cid, "type": "function",
+                                             "function": {"name": name, "arguments": ""}}]}))
+        events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in _halves(args)]
+    events.append(chunk({}, finish))
+    if include_usage:  # as OpenAI: usage only on request, in a last chunk with no choices
+        events.append(_sse(None, {**head, "choices": [], "usage": _chat_usage(t.usage)}))
+    events.append(_sse(None, "[DONE]"))
+    return events
+
+
+# ---------------------------------------------------------------- OpenAI Responses
+
+def _render_responses(t: _Turn, body: dict, stream: bool) -> Any:
+    reason = _stop_for("openai.responses", t.stop)
+    u = t.usage
+    inp = u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"]  # INCLUDES cached
+    usage = {"input_tokens": inp, "input_tokens_details": {"cached_tokens": u["cache_read_tokens"]},
+             "output_tokens": u["output_tokens"],
+             "output_tokens_details": {"reasoning_tokens": u["reasoning_tokens"]},
+             "total_tokens": inp + u["output_tokens"]}
+    items: list[dict] = []
+    if u["reasoning_tokens"]:
+        items.append({"id": f"rs_fake{t.n:06d}", "type": "reasoning", "summary": []})
+    parts = []
+    if t.text is not None:
+        parts.append({"type": "output_text", "text": t.text, "annotations": [], "logprobs": []})
+    if t.refusal is not None:
+        parts.append({"type": "refusal", "refusal": t.refusal})
+    if parts:
+        items.append({"id": f"msg_fake{t.n:06d}", "type": "message", "status": "completed",
+                      "role": "assistant", "content": parts})
+    items += [{"id": f"fc_fake{t.n:06d}_{i}", "type": "function_call", "status": "completed", "call_id": cid,
+               "name": name, "arguments": args} for i, (cid, name, args) in enumerate(t.calls)]
+    status = "incomplete" if reason else "completed"
+    final = {"id": f"resp_fake{t.n:06d}", "object": "response", "created_at": CREATED, "status": status,
+             "model": t.model, "output": items, "usage": usage, "error": None,
+             "incomplete_details": {"reason": reason} if reason else None,
+             "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+             "parallel_tool_calls": body.get("parallel_tool_calls", True), "previous_response_id": None,
+             "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
+             "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", []),
+             "text": {"format": {"type": "text"}}, "reasoning": {"effort": None, "summary": None},
+             "truncation": "disabled", "store": True, "metadata": {}, "service_tier": "default"}
+    if not stream:
+        return final
+    seq = itertools.count(0)
+    events: list[bytes] = []
+
+    def ev(etype: str, **data: Any) -> None:
+        events.append(_sse(etype, {"type": etype, "sequence_number": next(seq), **data}))
+
+    pending = {**final, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    ev("response.created", response=pending)
+    ev("response.in_progress", response=pending)
+    for oi, item in enumerate(items):
+        iid = item["id"]
+        if item["type"] == "message":
+            ev("response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "content": []})
+            for ci, part in enumerate(item["content"]):
+                loc = {"item_id": iid, "output_index": oi, "content_index": ci}
+                if part["type"] == "output_text":
+                    ev("response.content_part.added", **loc, part={**part, "text": ""})
+                    for p in _pieces(part["text"]):
+                        ev("response.output_text.delta", **loc, delta=p, logprobs=[])
+                    ev("response.output_text.done", **loc, text=part["text"], logprobs=[])
+                else:
+                    ev("response.content_part.added", **loc, part={**part, "refusal": ""})
+                    for p in _pieces(part["refusal"]):
+                        ev("response.refusal.delta", **loc, delta=p)
+                    ev("response.refusal.done", **loc, refusal=part["refusal"])
+                ev("response.content_part.done", **loc, part=part)
+        elif item["type"] == "function_call":
+            ev("response.output_item.added", output_index=oi,
+               item={**item, "status": "in_progress", "arguments": ""})
+            for p in _halves(item["arguments"]):
+                ev("response.function_call_arguments.delta", item_id=iid, output_index=oi, delta=p)
+            ev("response.function_call_arguments.done", item_id=iid, output_index=oi,
+               name=item["name"], arguments=item["arguments"])
+        else:
+            ev("response.output_item.added", output_index=oi, item=item)
+        ev("response.output_item.done", output_index=oi, item=item)
+    ev(f"response.{status}", response=final)  # response.incomplete when cut short, as OpenAI
+    return events
+
+
+# ---------------------------------------------------------------- Anthropic Messages
+
+def _render_anthropic(t: _Turn, body: dict, stream: bool) -> Any:
+    u = t.usage
+    usage = {"input_tokens": u["input_tokens"],  # EXCLUDES cache reads and writes
+             "cache_creation_input_tokens": u["cache_write_tokens"],
+             "cache_read_input_tokens": u["cache_read_tokens"],
+             "cache_creation": {"ephemeral_5m_input_tokens": u["cache_write_tokens"], "ephemeral_1h_input_tokens": 0},
+             "output_tokens": u["output_tokens"], "service_tier": "standard"}
+    blocks: list[dict] = []
+    if t.text is not None or t.refusal is not None:
+        blocks.append({"type": "text", "text": t.text if t.text is not None else t.refusal})
+    blocks += [{"type": "tool_use", "id": cid, "name": name, "input": _loads_or_empty(args)}
+               for cid, name, args in t.calls]
+    stop = _stop_for("anthropic.messages", t.stop)
+    msg = {"id": f"msg_fake{t.n:06d}", "type": "message", "role": "assistant", "model": t.model,
+           "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+    if not stream:
+        return msg
+
+    def ev(etype: str, **data: Any) -> bytes:
+        return _sse(etype, {"type": etype, **data})
+
+    start_usage = {**usage, "output_tokens": 1}  # as Anthropic: a placeholder until message_delta
+    events = [ev("message_start", message={**msg, "content": [], "stop_reason": None, "usage": start_usage}),
+              ev("ping")]
+    for i, b in enumerate(blocks):
+        if b["type"] == "text":
+            events.append(ev("content_block_start", index=i, content_block={"type": "text", "text": ""}))
+            events += [ev("content_block_delta", index=i, delta={"type": "text_delta", "text": p})
+                       for p in _pieces(b["text"])]
+        else:
+            events.append(ev("content_block_start", index=i, content_block={**b, "input": {}}))
+            events += [ev("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": p})
+                       for p in _halves(_dumps(b["input"]))]
+        events.append(ev("content_block_stop", index=i))
+    final_usage = {k: usage[k] for k in ("input_tokens", "cache_creation_input_tokens",
+                                         "cache_read_input_tokens", "output_tokens")}
+    events.append(ev("message_delta", delta={"stop_reason": stop, "stop_sequence": None}, usage=final_usage))
+    events.append(ev("message_stop"))
+    return events
+
+
+_RENDERERS = {"openai.chat": ("x-request-id", _render_chat), "openai.responses": ("x-request-id", _render_responses),
+              "anthropic.messages": ("request-id", _render_anthropic)}
+
+
+# ---------------------------------------------------------------- in-process transports
+
+def make_transports(hx: Any) -> tuple[type, type]:
+    """Build (sync, async) transports over an httpx-compatible module (httpx2 or httpx).
+
+    The response body streams one chunk at a time; a cut response raises the module's
+    ``RemoteProtocolError`` after its last chunk, as a dropped connection does. ``delay_s`` is
+    slept before the response is returned (no timeout is enforced in-process).
+    """
+    import asyncio
+    import time
+
+    def _cut_error(request: Any) -> Exception:
+        return hx.RemoteProtocolError(
+            "peer closed connection without sending complete message body (fake provider cut)", request=request)
+
+    class _Body(hx.SyncByteStream, hx.AsyncByteStream):
+        def __init__(self, resp: FakeResponse, request: Any) -> None:
+            self._resp, self._request = resp, request
+
+        def __iter__(self):
+            yield from self._resp.chunks
+            if self._resp.cut:
+                raise _cut_error(self._request)
+
+        async def __aiter__(self):
+            for chunk in self._resp.chunks:
+                yield chunk
+            if self._resp.cut:
+                raise _cut_error(self._request)
+
+    def _call(provider: FakeProvider, request: Any, body: bytes) -> FakeResponse:
+        return provider.handle(request.method, request.url.raw_path.decode("ascii"),
+                               list(request.headers.items()), body)
+
+    class Transport(hx.BaseTransport):
+        def __init__(self, provider: FakeProvider) -> None:
+            self.provider = provider
+
+        def handle_request(self, request: Any) -> Any:
+            resp = _call(self.provider, request, request.read())
+            if resp.delay_s:
+                time.sleep(resp.delay_s)
+            return hx.Response(resp.status, headers=list(resp.headers.items()),
+                               stream=_Body(resp, request), request=request)
+
+    class AsyncTransport(hx.AsyncBaseTransport):
+        def __init__(self, provider: FakeProvider) -> None:
+            self.provider = provider
+
+        async def handle_async_request(self, request: Any) -> Any:
+            resp = _call(self.provider, request, await request.aread())
+            if resp.delay_s:
+                await asyncio.sleep(resp.delay_s)
+            return hx.Response(resp.status, headers=list(resp.headers.items()),
+                               stream=_Body(resp, request), request=request)
+
+    Transport.__qualname__ = Transport.__name__ = f"FakeTransport[{hx.__name__}]"
+    AsyncTransport.__qualname__ = AsyncTransport.__name__ = f"AsyncFakeTransport[{hx.__name__}]"
+    return Transport, AsyncTransport
+
+
+try:
+    import httpx2 as _httpx2
+except ImportError:  # the core above stays usable without it
+    FakeTransport = AsyncFakeTransport = None  # type: ignore[assignment,misc]
+else:
+    FakeTransport, AsyncFakeTransport = make_transports(_httpx2)
+
+try:
+    import httpx as _httpx
+except ImportError:
+    HttpxFakeTransport = AsyncHttpxFakeTransport = None  # type: ignore[assignment,misc]
+else:
+    HttpxFakeTransport, AsyncHttpxFakeTransport = make_transports(_httpx)
