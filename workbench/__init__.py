@@ -1,3 +1,49 @@
-"""Workbench: record, replay, evaluate and audit LLM calls."""
+"""Workbench: record, replay, evaluate and audit LLM calls.
+
+The public API is below; each name is imported on first use, so `import workbench` stays cheap and
+the SDKs and DuckDB load only when something needs them."""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "WorkbenchError": "workbench.errors",
+    "register_model": "workbench.models",
+    "Usage": "workbench.models",
+    "Call": "workbench.wire",
+    "run": "workbench.capture",
+    "Run": "workbench.capture",
+    "Billed": "workbench.capture",
+    "billed_of": "workbench.capture",
+    "event": "workbench.capture",
+    "flush": "workbench.capture",
+    "configure": "workbench.capture",
+    "instrument": "workbench.capture",
+    "uninstrument": "workbench.capture",
+    "http_client": "workbench.capture",
+    "async_http_client": "workbench.capture",
+    "httpx_client": "workbench.capture",
+    "async_httpx_client": "workbench.capture",
+    "RecordingTransport": "workbench.capture",
+    "AsyncRecordingTransport": "workbench.capture",
+    "HttpxRecordingTransport": "workbench.capture",
+    "AsyncHttpxRecordingTransport": "workbench.capture",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,0 +1,30 @@
+"""OpenTelemetry attribute names: the GenAI semantic conventions and our own, in one place.
+
+Mind the one difference in meaning: `gen_ai.usage.input_tokens` INCLUDES cache reads and writes,
+while Workbench's `input_tokens` column is the uncached part only."""
+
+OPERATION_NAME = "gen_ai.operation.name"
+PROVIDER_NAME = "gen_ai.provider.name"
+REQUEST_MODEL = "gen_ai.request.model"
+RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+USAGE_INPUT = "gen_ai.usage.input_tokens"
+USAGE_OUTPUT = "gen_ai.usage.output_tokens"
+USAGE_CACHE_READ = "gen_ai.usage.cache_read.input_tokens"
+USAGE_CACHE_CREATION = "gen_ai.usage.cache_creation.input_tokens"
+USAGE_REASONING = "gen_ai.usage.reasoning.output_tokens"
+AGENT_NAME = "gen_ai.agent.name"
+ERROR_TYPE = "error.type"
+HTTP_STATUS = "http.response.status_code"
+SERVER_ADDRESS = "server.address"
+
+COST_MICROS = "workbench.cost_micros"
+REPLAYED = "workbench.replayed"
+CALL_ID = "workbench.call_id"
+RUN_ID = "workbench.run_id"
+RUN_NAME = "workbench.run.name"
+RUN_KIND = "workbench.run.kind"
+SETTLED = "workbench.settled"
+EVENT_AGENT_TURN = "agent.turn"
+EVENT_AGENT_COMPACT = "agent.compact"

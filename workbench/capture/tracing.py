@@ -1,0 +1,110 @@
+"""OpenTelemetry set-up: our span processor joins the application's TracerProvider when it set one,
+or a provider of ours becomes the global one. Spans and their events are written into the store;
+a standard OTLP exporter is added when the standard `OTEL_EXPORTER_OTLP_*` variables ask for one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
+
+from workbench.capture import semconv
+
+log = logging.getLogger("workbench.capture")
+_setup_lock = threading.Lock()
+_tracer: trace.Tracer | None = None
+
+
+def _time(nanos: int | None) -> str | None:
+    if nanos is None:
+        return None
+    return datetime.fromtimestamp(nanos / 1e9, tz=timezone.utc).isoformat()
+
+
+def _hex(value: int, width: int) -> str:
+    return format(value, f"0{width}x")
+
+
+class StoreSpanExporter(SpanExporter):
+    """Hands every ended span, and its events, to the recorder's spool (memory only: cheap)."""
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        from workbench.capture.recorder import recorder
+
+        try:
+            spool = recorder().spool
+            for span in spans:
+                context = span.get_span_context()
+                span_id, trace_id = _hex(context.span_id, 16), _hex(context.trace_id, 32)
+                attributes = dict(span.attributes or {})
+                run_id = attributes.get(semconv.RUN_ID)
+                spool.append(
+                    "span",
+                    {
+                        "span_id": span_id, "trace_id": trace_id,
+                        "parent_span_id": _hex(span.parent.span_id, 16) if span.parent else None,
+                        "name": span.name, "kind": span.kind.name, "run_id": run_id,
+                        "start_time": _time(span.start_time), "end_time": _time(span.end_time),
+                        "status_code": span.status.status_code.name, "status_message": span.status.description,
+                        "attributes": json.dumps(attributes, default=str),
+                    },
+                )
+                for seq, event in enumerate(span.events):
+                    spool.append(
+                        "span_event",
+                        {
+                            "span_id": span_id, "seq": seq, "trace_id": trace_id, "run_id": run_id,
+                            "name": event.name, "time": _time(event.timestamp),
+                            "attributes": json.dumps(dict(event.attributes or {}), default=str),
+                        },
+                    )
+        except Exception as exc:  # noqa: BLE001 - recording never breaks the application
+            log.warning("workbench could not record spans: %s", exc)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        return None
+
+
+def _otlp_processor() -> BatchSpanProcessor | None:
+    if not any(os.environ.get(name) for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+        return None
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        log.warning("OTEL_EXPORTER_OTLP_* is set but the exporter is missing: pip install 'replay-workbench[otlp]'")
+        return None
+    return BatchSpanProcessor(OTLPSpanExporter())
+
+
+def tracer() -> trace.Tracer:
+    """Workbench's tracer, set up once: joined to the application's SDK provider when it has one."""
+    global _tracer
+    if _tracer is not None:
+        return _tracer
+    with _setup_lock:
+        if _tracer is None:
+            provider = trace.get_tracer_provider()
+            if not isinstance(provider, TracerProvider):
+                provider = TracerProvider()
+                otlp = _otlp_processor()
+                if otlp is not None:
+                    provider.add_span_processor(otlp)
+                trace.set_tracer_provider(provider)
+                provider = trace.get_tracer_provider()  # another thread may have won the race
+            if isinstance(provider, TracerProvider):
+                provider.add_span_processor(SimpleSpanProcessor(StoreSpanExporter()))
+            _tracer = provider.get_tracer("workbench")
+    return _tracer

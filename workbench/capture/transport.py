@@ -1,0 +1,215 @@
+"""Recording transports for httpx2 and httpx, sync and async (the two libraries share one API, so
+one factory builds all four). The response stream is teed, never buffered before the caller sees
+it and never drained: a stream the caller abandons is recorded as unsettled, without paying for the
+rest of the generation. Completion is judged per protocol (`[DONE]`, `message_stop`,
+`response.completed`), since the OpenAI SDK closes the stream at `[DONE]`."""
+
+from __future__ import annotations
+
+import json
+from contextvars import ContextVar
+from datetime import datetime, timezone
+from types import ModuleType
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from workbench.capture import semconv
+from workbench.capture.recorder import recorder
+from workbench.capture.runs import current_run
+from workbench.capture.tracing import tracer
+from workbench.wire import Exchange, is_complete, wire_of
+from workbench.wire.redact import SECRET_REQUEST_HEADERS, SECRET_RESPONSE_HEADERS, redact_headers
+
+# a response body past this is not kept for parsing (the caller still gets all of it)
+MAX_TEED_BYTES = 32 * 1024 * 1024
+_SUPPRESS = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # the SDK's own "do not record me" flag
+# set while a recording transport calls the one inside it, so `instrument()` does not record twice
+RECORDING: ContextVar[bool] = ContextVar("workbench_recording", default=False)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class _Pending:
+    """One call in flight: what was sent, what has come back so far, and its span."""
+
+    def __init__(self, request, replayed: bool, cassette: str | None) -> None:
+        self.started_at = _now()
+        self.first_byte_at: datetime | None = None
+        self.run = current_run()
+        self.replayed, self.cassette = replayed, cassette
+        self.method, self.url = request.method, str(request.url)
+        self.request_headers = redact_headers(dict(request.headers), SECRET_REQUEST_HEADERS)
+        self.request_body = bytes(request.content)
+        self.wire = wire_of(self.method, self.url)
+        model = None
+        if self.wire != "unknown":
+            try:
+                model = json.loads(self.request_body).get("model")
+            except (ValueError, AttributeError):
+                model = None
+        self.span = tracer().start_span(
+            f"chat {model}" if model else "chat",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                semconv.OPERATION_NAME: "chat",
+                semconv.REQUEST_MODEL: model or "",
+                semconv.SERVER_ADDRESS: request.url.host,
+            },
+        )
+        self.status: int | None = None
+        self.response_headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.done = False
+
+    def responded(self, response) -> None:
+        self.status = response.status_code
+        self.response_headers = redact_headers(dict(response.headers), SECRET_RESPONSE_HEADERS)
+
+    def received(self, chunk: bytes) -> None:
+        if self.first_byte_at is None:
+            self.first_byte_at = _now()
+        if self.size < MAX_TEED_BYTES:
+            self.chunks.append(chunk)
+        self.size += len(chunk)
+
+    def finish(self, ended: bool, error: str | None = None) -> None:
+        """Record the call once. `ended`: the stream ran to its end (not closed early)."""
+        if self.done:
+            return
+        self.done = True
+        body = b"".join(self.chunks)
+        content_type = self.response_headers.get("content-type", "")
+        streamed = "text/event-stream" in content_type
+        complete = ended and error is None
+        if streamed and self.status is not None and self.status < 400:
+            complete = is_complete(self.wire, body, self.response_headers.get("content-encoding"))
+            if not complete and error is None:
+                error = "stream_abandoned" if not ended else "stream_incomplete"
+        exchange = Exchange(
+            method=self.method, url=self.url, request_headers=self.request_headers,
+            request_body=self.request_body, status=self.status, response_headers=self.response_headers,
+            response_body=body, complete=complete,
+        )
+        recorder().record_call(
+            exchange, self.run, self.span, (self.started_at, self.first_byte_at, _now()),
+            replayed=self.replayed, cassette=self.cassette, error=error,
+        )
+
+
+def _failed(pending: _Pending, exc: BaseException) -> None:
+    try:
+        pending.finish(ended=False, error="stream_cut" if pending.status is not None else "transport_error")
+    except Exception:  # noqa: BLE001 - never mask the application's own error
+        pass
+
+
+def build(httpx: ModuleType):
+    """The recording transports and their tee streams for one httpx-like module."""
+
+    class TeeStream(httpx.SyncByteStream):
+        def __init__(self, inner, pending: _Pending) -> None:
+            self._inner, self._pending = inner, pending
+
+        def __iter__(self):
+            try:
+                for chunk in self._inner:
+                    self._pending.received(chunk)
+                    yield chunk
+            except GeneratorExit:  # the caller stopped reading: abandoned, not cut
+                self._pending.finish(ended=False)
+                raise
+            except BaseException as exc:
+                _failed(self._pending, exc)
+                raise
+            self._pending.finish(ended=True)
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._pending.finish(ended=False)
+
+    class AsyncTeeStream(httpx.AsyncByteStream):
+        def __init__(self, inner, pending: _Pending) -> None:
+            self._inner, self._pending = inner, pending
+
+        async def __aiter__(self):
+            try:
+                async for chunk in self._inner:
+                    self._pending.received(chunk)
+                    yield chunk
+            except GeneratorExit:
+                self._pending.finish(ended=False)
+                raise
+            except BaseException as exc:
+                _failed(self._pending, exc)
+                raise
+            self._pending.finish(ended=True)
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._pending.finish(ended=False)
+
+    class RecordingTransport(httpx.BaseTransport):
+        """Wraps any transport: the caller's response is the inner one's, its body teed."""
+
+        def __init__(self, inner=None, cassette: str | None = None) -> None:
+            self.inner = inner if inner is not None else httpx.HTTPTransport()
+            self.cassette = cassette
+
+        def handle_request(self, request):
+            if otel_context.get_value(_SUPPRESS) or not recorder().settings.capture:
+                return self.inner.handle_request(request)
+            request.read()
+            pending = _Pending(request, getattr(self.inner, "replayed", False), self.cassette)
+            token = RECORDING.set(True)
+            try:
+                response = self.inner.handle_request(request)
+            except BaseException as exc:
+                _failed(pending, exc)
+                raise
+            finally:
+                RECORDING.reset(token)
+            pending.responded(response)
+            return httpx.Response(
+                status_code=response.status_code, headers=response.headers,
+                stream=TeeStream(response.stream, pending), extensions=response.extensions,
+            )
+
+        def close(self) -> None:
+            self.inner.close()
+
+    class AsyncRecordingTransport(httpx.AsyncBaseTransport):
+        def __init__(self, inner=None, cassette: str | None = None) -> None:
+            self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
+            self.cassette = cassette
+
+        async def handle_async_request(self, request):
+            if otel_context.get_value(_SUPPRESS) or not recorder().settings.capture:
+                return await self.inner.handle_async_request(request)
+            await request.aread()
+            pending = _Pending(request, getattr(self.inner, "replayed", False), self.cassette)
+            token = RECORDING.set(True)
+            try:
+                response = await self.inner.handle_async_request(request)
+            except BaseException as exc:
+                _failed(pending, exc)
+                raise
+            finally:
+                RECORDING.reset(token)
+            pending.responded(response)
+            return httpx.Response(
+                status_code=response.status_code, headers=response.headers,
+                stream=AsyncTeeStream(response.stream, pending), extensions=response.extensions,
+            )
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return RecordingTransport, AsyncRecordingTransport

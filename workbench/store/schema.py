@@ -1,0 +1,124 @@
+"""The store's schema as numbered, named, forward-only migrations, each applied in its own
+transaction and recorded in `schema_version`. Request and response bodies live in `call_bodies`,
+out of the hot aggregate tables, so ingestion and dashboards stay fast."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import duckdb
+
+from workbench.errors import WorkbenchError
+
+_CALL_COLUMNS = """
+    call_id VARCHAR PRIMARY KEY,
+    run_id VARCHAR,                -- the innermost run the call was made in (null: outside any run)
+    trace_id VARCHAR, span_id VARCHAR, parent_span_id VARCHAR,
+    response_id VARCHAR,           -- the provider's id of the response
+    request_id VARCHAR,            -- the provider's request-id header
+    wire VARCHAR, provider VARCHAR, url VARCHAR, method VARCHAR,
+    model_requested VARCHAR, model_served VARCHAR, stream BOOLEAN,
+    http_status INTEGER, stop_reason VARCHAR, error_type VARCHAR, error_message VARCHAR,
+    settled BOOLEAN,               -- the provider reported usage; false: started, never reported
+    replayed BOOLEAN, cassette VARCHAR, refusal VARCHAR,
+    tool_call_count INTEGER, tool_names VARCHAR[],
+    input_tokens BIGINT,           -- uncached input only
+    cache_read_tokens BIGINT, cache_write_tokens BIGINT,
+    output_tokens BIGINT,          -- reasoning included
+    reasoning_tokens BIGINT,       -- informative, inside output_tokens
+    cache_write_1h_tokens BIGINT,  -- informative, inside cache_write_tokens
+    cost_micros BIGINT,            -- exact, micro-minor units; null: unpriced
+    currency VARCHAR, price_source VARCHAR, provider_cost VARCHAR,
+    started_at TIMESTAMPTZ, first_byte_at TIMESTAMPTZ, ended_at TIMESTAMPTZ,
+    request_hash VARCHAR, prompt_id VARCHAR, prompt_version VARCHAR, prompt_hash VARCHAR
+"""
+
+_RUN_COLUMNS = """
+    run_id VARCHAR PRIMARY KEY,
+    parent_run_id VARCHAR, name VARCHAR,
+    kind VARCHAR,                  -- app, agent, llm, eval_case, ...
+    status VARCHAR,                -- ok, failed, running
+    error_code VARCHAR, error_type VARCHAR, error_message VARCHAR,
+    started_at TIMESTAMPTZ, ended_at TIMESTAMPTZ,
+    tags VARCHAR,                  -- JSON object; filterable copy in run_tags
+    trace_id VARCHAR, span_id VARCHAR,
+    prompt_id VARCHAR, prompt_version VARCHAR, prompt_hash VARCHAR,
+    -- the bill: usage summed over every call that answered, in this run and the runs inside it
+    billed_input_tokens BIGINT, billed_cache_read_tokens BIGINT, billed_cache_write_tokens BIGINT,
+    billed_output_tokens BIGINT, billed_reasoning_tokens BIGINT,
+    billed_cost_micros BIGINT,     -- exact; rounded up to the minor unit only when read
+    billed_unpriced_calls INTEGER, -- answered calls no model row priced (their cost is not in the sum)
+    billed_calls INTEGER,          -- calls that answered with usage
+    billed_unsettled INTEGER       -- calls started that never reported usage: counted, not estimated
+"""
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_initial",
+        f"""
+        CREATE TABLE calls ({_CALL_COLUMNS});
+        -- bodies out of the hot table: redacted, size-capped with a marker
+        CREATE TABLE call_bodies (call_id VARCHAR PRIMARY KEY, request_json VARCHAR, response_json VARCHAR,
+            output_text VARCHAR, tool_calls VARCHAR);
+        CREATE TABLE runs ({_RUN_COLUMNS});
+        CREATE TABLE run_tags (run_id VARCHAR, key VARCHAR, value VARCHAR, PRIMARY KEY (run_id, key));
+        CREATE TABLE spans (
+            span_id VARCHAR PRIMARY KEY, trace_id VARCHAR, parent_span_id VARCHAR, name VARCHAR,
+            kind VARCHAR, run_id VARCHAR, start_time TIMESTAMPTZ, end_time TIMESTAMPTZ,
+            status_code VARCHAR, status_message VARCHAR, attributes VARCHAR);
+        CREATE TABLE span_events (
+            span_id VARCHAR, seq INTEGER, trace_id VARCHAR, run_id VARCHAR, name VARCHAR,
+            time TIMESTAMPTZ, attributes VARCHAR, PRIMARY KEY (span_id, seq));
+        -- one row per context compaction (runtime's agent.compact events and apps' own)
+        CREATE TABLE compactions (
+            compaction_id VARCHAR PRIMARY KEY, run_id VARCHAR, span_id VARCHAR, occurred_at TIMESTAMPTZ,
+            turn INTEGER, outcome VARCHAR, tokens_before BIGINT, tokens_after BIGINT, limit_tokens BIGINT,
+            summarised_turns INTEGER, kept_turns INTEGER, model VARCHAR, cost_micros BIGINT);
+        CREATE TABLE prompts (
+            prompt_hash VARCHAR PRIMARY KEY, prompt_id VARCHAR, version VARCHAR, body VARCHAR,
+            first_seen TIMESTAMPTZ);
+        -- the model rows calls were priced by, as they were then
+        CREATE TABLE models (
+            price_source VARCHAR PRIMARY KEY, id VARCHAR, provider VARCHAR, spec VARCHAR);
+        -- how far each spool file has been ingested, updated in the same transaction as its rows
+        CREATE TABLE spool_offsets (file VARCHAR PRIMARY KEY, "offset" BIGINT);
+        CREATE INDEX calls_run ON calls (run_id);
+        """,
+    ),
+]
+
+
+def current_version(con: duckdb.DuckDBPyConnection) -> int:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_version'"
+    ).fetchall()[0][0]
+    if not exists:
+        return 0
+    return con.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchall()[0][0]
+
+
+def migrate(con: duckdb.DuckDBPyConnection, target: int | None = None) -> int:
+    """Apply every migration after the store's version (up to `target`); returns the new version."""
+    con.execute(
+        "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ)"
+    )
+    version = current_version(con)
+    if version > len(MIGRATIONS):
+        raise WorkbenchError(
+            "WB_STORE_INVALID",
+            f"the store is at schema version {version}; this Workbench knows up to {len(MIGRATIONS)}",
+            "upgrade replay-workbench, or point WORKBENCH_DB at another store",
+        )
+    for number, (name, sql) in enumerate(MIGRATIONS[version:target], start=version + 1):
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(sql)
+            con.execute(
+                "INSERT INTO schema_version VALUES (?, ?, ?)", [number, name, datetime.now(timezone.utc)]
+            )
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        version = number
+    return version

@@ -1,0 +1,133 @@
+"""Recording without waiting on DuckDB: each process appends its records, as JSON lines, to a spool
+file of its own; a background thread writes a batch every `flush_interval_s` and then tries to
+ingest every spool into the store. A crash loses at most the batch not yet written (at most one
+interval); a torn last line is ignored by ingestion. Recording is fail-open: errors are logged once
+and counted in `stats`, and the application's call goes on."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+
+log = logging.getLogger("workbench.store")
+
+# a process that cannot write its spool keeps at most this many records in memory, then drops
+MAX_PENDING = 200_000
+
+
+class Spool:
+    def __init__(self, db_path: Path, spool_dir: Path, flush_interval_s: float) -> None:
+        self.db_path = Path(db_path)
+        self.spool_dir = Path(spool_dir)
+        self.flush_interval_s = flush_interval_s
+        self.stats: Counter[str] = Counter()
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._file: Path | None = None
+        self._pid = 0
+        self._warned: set[str] = set()
+
+    # called from any thread, on the application's path: append to memory only
+    def append(self, kind: str, row: dict) -> None:
+        try:
+            line = json.dumps({"kind": kind, "row": row}, default=str, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            self._fail("encode", exc)
+            return
+        with self._lock:
+            if len(self._pending) >= MAX_PENDING:
+                self.stats["dropped"] += 1
+                return
+            self._pending.append(line)
+        self._ensure_thread()
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():  # a forked child writes its own file
+                    self._pid, self._file = os.getpid(), None
+                    self._thread = None
+                if self._thread is None or not self._thread.is_alive():
+                    self._thread = threading.Thread(target=self._run, name="workbench-spool", daemon=True)
+                    self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            self.flush(ingest=True)
+
+    def _path(self) -> Path:
+        if self._file is None:
+            self.spool_dir.mkdir(parents=True, exist_ok=True)
+            name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
+            self._file = self.spool_dir / name
+        return self._file
+
+    def flush(self, ingest: bool = True) -> None:
+        """Write pending records to this process's spool file, then (optionally) ingest spools."""
+        with self._write_lock:
+            with self._lock:
+                batch, self._pending = self._pending, []
+            if batch:
+                try:
+                    data = ("\n".join(batch) + "\n").encode("utf-8")
+                    fd = os.open(self._path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                    try:
+                        os.write(fd, data)  # one write per batch: appended whole or torn at the end
+                    finally:
+                        os.close(fd)
+                    self.stats["written"] += len(batch)
+                except OSError as exc:
+                    self._fail("write", exc)
+                    with self._lock:  # keep them for the next try, oldest first
+                        self._pending[:0] = batch[: MAX_PENDING - len(self._pending)]
+                    return
+        if ingest:
+            from workbench.store.ingest import ingest_spools
+
+            try:
+                ingest_spools(self.db_path, self.spool_dir, wait=False)
+            except Exception as exc:  # noqa: BLE001 - fail-open: the spool keeps the records
+                self._fail("ingest", exc)
+
+    def _fail(self, what: str, exc: BaseException) -> None:
+        self.stats[f"{what}_errors"] += 1
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("workbench could not %s recorded data (kept for retry where possible): %s", what, exc)
+
+
+_spools: dict[tuple[Path, Path], Spool] = {}
+_spools_lock = threading.Lock()
+
+
+def spool_for(db_path: Path, spool_dir: Path, flush_interval_s: float) -> Spool:
+    key = (Path(db_path).resolve(), Path(spool_dir).resolve())
+    with _spools_lock:
+        if key not in _spools:
+            _spools[key] = Spool(db_path, spool_dir, flush_interval_s)
+        return _spools[key]
+
+
+def flush_all(ingest: bool = True) -> None:
+    for spool in list(_spools.values()):
+        spool.flush(ingest=ingest)
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    try:
+        flush_all(ingest=True)
+    except Exception:  # noqa: BLE001 - never fail an exiting application
+        pass
