@@ -66,6 +66,52 @@ def cassettes_show(
     console.print(table)
 
 
+@cassettes_app.command("check")
+def cassettes_check(
+    path: Annotated[Path, typer.Argument(help="a cassette or a folder of cassettes")] = Path("cassettes"),
+) -> None:
+    """Every cassette loads, holds no secret-looking value, and was fully played by the last replay."""
+    from workbench.replay.check import check
+
+    reports = check(path)
+    failed = 0
+    for report in reports:
+        if report.error is not None:
+            failed += 1
+            console.print(f"[red]✗[/] {report.path}: {report.error.code}: {report.error.cause}")
+            continue
+        if report.secrets:
+            failed += 1
+            console.print(f"[red]✗[/] {report.path}: looks like a secret: " + "; ".join(report.secrets[:5]))
+        else:
+            console.print(f"[green]✓[/] {report.path}: {report.interactions} interactions")
+        if report.never_played:
+            console.print(f"  [yellow]stale:[/] interactions {report.never_played} were not played by the last replay run")
+    console.print(f"{len(reports)} cassettes, {failed} with problems")
+    if failed:
+        first = next(report for report in reports if not report.ok)
+        if first.error is not None:
+            raise first.error
+        raise WorkbenchError(
+            "WB_CASSETTE_SECRET",
+            f"{first.path}: {first.secrets[0]}",
+            f"re-record {first.path} (Workbench scrubs secrets when it records), or remove the value by hand",
+        )
+
+
+@cassettes_app.command("export")
+def cassettes_export(
+    out: Annotated[Path, typer.Argument(help="the cassette to write (.json or .yaml)")],
+    run_id: Annotated[str, typer.Option("--run", help="the id of a captured run")],
+    db: Annotated[Path | None, typer.Option(help="the store (default: the db setting)")] = None,
+) -> None:
+    """Turn a captured run into a cassette and an eval case, so a failure becomes a regression test."""
+    from workbench.replay.export import export_run
+
+    cassette, case = export_run(run_id, out, db)
+    console.print(f"wrote {cassette} and {case}")
+
+
 def main() -> None:
     try:
         app(standalone_mode=False)

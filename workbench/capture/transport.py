@@ -26,6 +26,8 @@ MAX_TEED_BYTES = 32 * 1024 * 1024
 _SUPPRESS = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # the SDK's own "do not record me" flag
 # set while a recording transport calls the one inside it, so `instrument()` does not record twice
 RECORDING: ContextVar[bool] = ContextVar("workbench_recording", default=False)
+# response extension a replay transport sets to the cassette a response was served from
+REPLAYED_FROM = "workbench.replayed_from"
 
 
 def _now() -> datetime:
@@ -35,11 +37,11 @@ def _now() -> datetime:
 class _Pending:
     """One call in flight: what was sent, what has come back so far, and its span."""
 
-    def __init__(self, request, replayed: bool, cassette: str | None) -> None:
+    def __init__(self, request, cassette: str | None) -> None:
         self.started_at = _now()
         self.first_byte_at: datetime | None = None
         self.run = current_run()
-        self.replayed, self.cassette = replayed, cassette
+        self.replayed, self.cassette = False, cassette
         self.method, self.url = request.method, str(request.url)
         self.request_headers = redact_headers(dict(request.headers), SECRET_REQUEST_HEADERS)
         self.request_body = bytes(request.content)
@@ -67,6 +69,9 @@ class _Pending:
 
     def responded(self, response) -> None:
         self.status = response.status_code
+        # a replay transport marks what it served from a cassette, and names the cassette
+        self.replayed = bool(response.extensions.get(REPLAYED_FROM))
+        self.cassette = response.extensions.get(REPLAYED_FROM) or self.cassette
         self.response_headers = redact_headers(dict(response.headers), SECRET_RESPONSE_HEADERS)
 
     def received(self, chunk: bytes) -> None:
@@ -167,7 +172,7 @@ def build(httpx: ModuleType):
             if otel_context.get_value(_SUPPRESS) or not recorder().settings.capture:
                 return self.inner.handle_request(request)
             request.read()
-            pending = _Pending(request, getattr(self.inner, "replayed", False), self.cassette)
+            pending = _Pending(request, self.cassette)
             token = RECORDING.set(True)
             try:
                 response = self.inner.handle_request(request)
@@ -194,7 +199,7 @@ def build(httpx: ModuleType):
             if otel_context.get_value(_SUPPRESS) or not recorder().settings.capture:
                 return await self.inner.handle_async_request(request)
             await request.aread()
-            pending = _Pending(request, getattr(self.inner, "replayed", False), self.cassette)
+            pending = _Pending(request, self.cassette)
             token = RECORDING.set(True)
             try:
                 response = await self.inner.handle_async_request(request)

@@ -146,3 +146,67 @@ def load_cassette(path: Path | str) -> list[Interaction]:
             "WB_CASSETTE_NOT_FOUND", f"no cassette at {path}", f"record it: WORKBENCH_RECORD_MODE=record <your command>"
         ) from exc
     return parse_cassette(text, str(path))
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+FORMAT_VERSION = 1  # Workbench's own key in the cassette; vcrpy ignores it
+
+
+def _text(body: bytes) -> str:
+    return body.decode("utf-8", "replace")
+
+
+def interaction_dict(interaction: Interaction) -> dict:
+    """vcrpy's layout: bodies as text (stored decoded, so a cassette replays without brotli)."""
+    request, response = interaction.request, interaction.response
+    return {
+        "request": {
+            "body": _text(request.body) if request.body else None,
+            "headers": request.headers,
+            "method": request.method,
+            "uri": request.uri,
+        },
+        "response": {
+            "body": {"string": _text(response.body)},
+            "headers": response.headers,
+            "status": {"code": response.status, "message": response.reason or _REASONS.get(response.status, "")},
+        },
+    }
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests",
+            500: "Internal Server Error", 529: "Overloaded"}
+
+
+def dump_cassette(interactions: list[Interaction], fmt: str = "json", extra: dict | None = None) -> str:
+    data = {
+        "interactions": [interaction_dict(interaction) for interaction in interactions],
+        "version": 1,
+        "workbench": {"format": FORMAT_VERSION, **(extra or {})},
+    }
+    if fmt == "yaml":
+        return yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False, allow_unicode=True)
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def format_of(path: Path) -> str:
+    return "yaml" if Path(path).suffix.lower() in {".yaml", ".yml"} else "json"
+
+
+def write_cassette(path: Path, interactions: list[Interaction], extra: dict | None = None) -> None:
+    """Write atomically: a temporary file in the same folder, then `os.replace`."""
+    import os
+    import tempfile
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = dump_cassette(interactions, format_of(path), extra)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

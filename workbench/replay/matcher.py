@@ -1,0 +1,114 @@
+"""The cassette index: canonical request hash → recordings in recorded order, built once per
+cassette, so a request is answered in constant time however large the cassette (vcrpy scans every
+recording for every request). A miss explains itself: the closest recording and the first field
+that differs, with a short diff for text."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import threading
+from collections import defaultdict
+from urllib.parse import urlsplit
+
+from workbench.replay.cassette import Interaction
+from workbench.wire.canonical import HASH_VERSION, canonical_body, request_hash
+
+
+def interaction_hash(interaction: Interaction, stored: str | None = None) -> str:
+    if stored and stored.startswith(HASH_VERSION + ":"):
+        return stored
+    return request_hash(interaction.request.method, interaction.request.uri, interaction.request.body)
+
+
+class CassetteIndex:
+    """Recordings by request hash; identical requests replay in recorded order, each once."""
+
+    def __init__(self, interactions: list[Interaction], hashes: list[str | None] | None = None) -> None:
+        self.interactions = interactions
+        self.hashes = [interaction_hash(item, (hashes or [None] * len(interactions))[index])
+                       for index, item in enumerate(interactions)]
+        self._by_hash: dict[str, list[int]] = defaultdict(list)
+        for index, digest in enumerate(self.hashes):
+            self._by_hash[digest].append(index)
+        self._next: dict[str, int] = defaultdict(int)
+        self.played: set[int] = set()
+        self._lock = threading.Lock()
+
+    def take(self, digest: str) -> int | None:
+        """The next unplayed recording of `digest`; once all are played, the last one again."""
+        with self._lock:
+            indices = self._by_hash.get(digest)
+            if not indices:
+                return None
+            position = self._next[digest]
+            index = indices[min(position, len(indices) - 1)]
+            self._next[digest] = position + 1
+            self.played.add(index)
+            return index
+
+    def add(self, interaction: Interaction) -> int:
+        with self._lock:
+            self.interactions.append(interaction)
+            digest = interaction_hash(interaction)
+            self.hashes.append(digest)
+            index = len(self.interactions) - 1
+            self._by_hash[digest].append(index)
+            self._next[digest] = len(self._by_hash[digest])  # just recorded = already played
+            self.played.add(index)
+            return index
+
+    def closest(self, method: str, url: str, body: bytes) -> tuple[Interaction | None, str]:
+        """The recording most like the request, and a description of the first difference."""
+        path = urlsplit(url).path
+        wanted = canonical_body(body)
+        best, best_score = None, -1.0
+        for interaction in self.interactions:
+            score = 0.0
+            if interaction.request.method == method.upper():
+                score += 1
+            if urlsplit(interaction.request.uri).path == path:
+                score += 2
+            other = canonical_body(interaction.request.body)
+            score += difflib.SequenceMatcher(
+                None, json.dumps(wanted, sort_keys=True)[:4000], json.dumps(other, sort_keys=True)[:4000]
+            ).quick_ratio()
+            if score > best_score:
+                best, best_score = interaction, score
+        if best is None:
+            return None, "the cassette has no recordings"
+        if best.request.method != method.upper():
+            return best, f"method: recorded {best.request.method}, requested {method.upper()}"
+        if urlsplit(best.request.uri).path != path:
+            return best, f"path: recorded {urlsplit(best.request.uri).path}, requested {path}"
+        return best, first_difference(canonical_body(best.request.body), wanted)
+
+
+def first_difference(recorded, requested, where: str = "body") -> str:
+    """The first JSON path where two values differ, with a short diff when both are text."""
+    if isinstance(recorded, dict) and isinstance(requested, dict):
+        for key in sorted(set(recorded) | set(requested)):
+            if key not in recorded:
+                return f"{where}.{key}: not recorded, requested {_short(requested[key])}"
+            if key not in requested:
+                return f"{where}.{key}: recorded {_short(recorded[key])}, not in the request"
+            if recorded[key] != requested[key]:
+                return first_difference(recorded[key], requested[key], f"{where}.{key}")
+    elif isinstance(recorded, list) and isinstance(requested, list):
+        for index, (left, right) in enumerate(zip(recorded, requested)):
+            if left != right:
+                return first_difference(left, right, f"{where}[{index}]")
+        if len(recorded) != len(requested):
+            return f"{where}: recorded {len(recorded)} items, requested {len(requested)}"
+    elif isinstance(recorded, str) and isinstance(requested, str):
+        diff = difflib.unified_diff(recorded.splitlines() or [""], requested.splitlines() or [""], "recorded", "requested", lineterm="", n=0)
+        lines = [line for line in diff if not line.startswith(("---", "+++", "@@"))][:6]
+        return f"{where}:\n    " + "\n    ".join(_short(line, 160) for line in lines)
+    if recorded != requested:
+        return f"{where}: recorded {_short(recorded)}, requested {_short(requested)}"
+    return "no difference in method, path or body (the recording was already played)"
+
+
+def _short(value, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

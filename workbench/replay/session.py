@@ -1,0 +1,146 @@
+"""One cassette in use: its recordings indexed, the mode it is used in, what was played (for the
+stale-recording check) and what was recorded (saved atomically, merged under a file lock so several
+test workers can record into one cassette at once)."""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import weakref
+from datetime import datetime, timezone
+from pathlib import Path
+
+from workbench.config import RecordMode, settings
+from workbench.errors import WorkbenchError
+from workbench.replay.cassette import Interaction, load_cassette, parse_cassette, write_cassette
+from workbench.replay.matcher import CassetteIndex
+from workbench.replay.scrub import BodyHook, scrub
+
+MODES = ("replay", "record", "rerecord", "live")
+_open: weakref.WeakSet[Cassette] = weakref.WeakSet()
+
+
+def _stored_hashes(path: Path) -> list[str | None] | None:
+    """Request hashes Workbench stored beside the interactions, so loading skips rehashing."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if not text.lstrip().startswith("{"):
+            return None
+        return json.loads(text).get("workbench", {}).get("request_hashes")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def played_record_path(cassette: Path) -> Path:
+    """Where the last replay run's played interactions are kept (not beside the committed file)."""
+    key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
+    return Path(settings().db).parent / "replay" / f"{key}.json"
+
+
+class Cassette:
+    def __init__(self, path: Path | str, mode: RecordMode | None = None, body_hook: BodyHook | None = None) -> None:
+        self.path = Path(path)
+        self.mode: RecordMode = mode or settings().record_mode
+        if self.mode not in MODES:
+            raise WorkbenchError(
+                "WB_CONFIG_INVALID", f"record mode {self.mode!r}", f"use one of: {', '.join(MODES)}"
+            )
+        self.body_hook = body_hook
+        self.misses: list[WorkbenchError] = []
+        self.recorded = 0
+        self._lock = threading.Lock()
+        interactions: list[Interaction] = []
+        hashes = None
+        if self.mode in ("replay", "record") and self.path.exists():
+            interactions = [scrub(item) for item in load_cassette(self.path)]
+            hashes = _stored_hashes(self.path)
+            if hashes is not None and len(hashes) != len(interactions):
+                hashes = None
+        elif self.mode == "replay":
+            raise WorkbenchError(
+                "WB_CASSETTE_NOT_FOUND",
+                f"replay mode needs the cassette {self.path}, which does not exist",
+                f"record it: WORKBENCH_RECORD_MODE=record <the same command> (writes {self.path})",
+            )
+        self.index = CassetteIndex(interactions, hashes)
+        self._new: list[Interaction] = []
+        _open.add(self)
+
+    # clients bound to this cassette (recorded by capture as well)
+    def http_client(self, **kwargs):
+        from workbench.replay.clients import http_client
+
+        return http_client(self, **kwargs)
+
+    def async_http_client(self, **kwargs):
+        from workbench.replay.clients import async_http_client
+
+        return async_http_client(self, **kwargs)
+
+    def httpx_client(self, **kwargs):
+        from workbench.replay.clients import httpx_client
+
+        return httpx_client(self, **kwargs)
+
+    def async_httpx_client(self, **kwargs):
+        from workbench.replay.clients import async_httpx_client
+
+        return async_httpx_client(self, **kwargs)
+
+    def record(self, interaction: Interaction) -> None:
+        clean = scrub(interaction, self.body_hook)
+        with self._lock:
+            self.index.add(clean)
+            self._new.append(clean)
+            self.recorded += 1
+        self.save()
+
+    def save(self) -> None:
+        """Merge what this process recorded into the file on disk, atomically, under a lock."""
+        with self._lock:
+            new, self._new = self._new, []
+        if not new and self.mode != "rerecord":
+            self._save_played()
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # flock on the folder: no lock file is left beside committed cassettes
+        lock = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.mode == "rerecord":
+                merged = list(self.index.interactions)
+            else:
+                on_disk = parse_cassette(self.path.read_bytes(), str(self.path)) if self.path.exists() else []
+                merged = [scrub(item) for item in on_disk] + new
+            hashes = CassetteIndex(merged).hashes
+            write_cassette(self.path, merged, {"request_hashes": hashes})
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)
+        self._save_played()
+
+    def _save_played(self) -> None:
+        if self.mode != "replay":
+            return
+        record = played_record_path(self.path)
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.write_text(json.dumps({
+                "cassette": str(self.path.resolve()), "at": datetime.now(timezone.utc).isoformat(),
+                "interactions": len(self.index.interactions), "played": sorted(self.index.played),
+            }))
+        except OSError:
+            pass  # the stale check is advisory; replay itself must not fail on it
+
+
+@atexit.register
+def _save_all() -> None:
+    for cassette in list(_open):
+        try:
+            cassette.save()
+        except Exception:  # noqa: BLE001 - never fail an exiting process
+            pass

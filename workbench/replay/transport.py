@@ -1,0 +1,200 @@
+"""Replay as a transport (httpx2 and httpx, sync and async) that sits inside the capture wrapper,
+so a replayed call is recorded like a live one, marked replayed. Streams replay as streams, one
+event at a time. A miss in replay mode answers at once with a non-retryable 400 whose error is
+`WB_REPLAY_MISS` (the SDKs retry any exception a transport raises, so raising would cost retries
+and seconds and reach the user wrapped); the miss is also kept on the cassette (`misses`)."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+
+from workbench.capture.transport import REPLAYED_FROM
+from workbench.errors import WorkbenchError
+from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
+from workbench.replay.scrub import scrub_body
+from workbench.replay.session import Cassette
+from workbench.wire import is_complete, wire_of
+from workbench.wire.canonical import request_hash
+
+MISS_HEADER = "x-workbench-error"
+
+
+def _chunks(body: bytes, content_type: str) -> list[bytes]:
+    """An SSE body as its events (each with its blank-line terminator); anything else whole."""
+    if "text/event-stream" not in content_type or not body:
+        return [body]
+    normalized = body.replace(b"\r\n", b"\n")
+    parts = normalized.split(b"\n\n")
+    chunks = [part + b"\n\n" for part in parts[:-1] if part]
+    if parts[-1]:
+        chunks.append(parts[-1])
+    return chunks
+
+
+def miss_error(cassette: Cassette, method: str, url: str, body: bytes, digest: str) -> WorkbenchError:
+    closest, difference = cassette.index.closest(method, url, body)
+    recorded = f"{closest.request.method} {closest.request.uri}" if closest else "none"
+    return WorkbenchError(
+        "WB_REPLAY_MISS",
+        f"no recording in {cassette.path} for {method} {url} (request hash {digest}); "
+        f"closest recording: {recorded}; first difference: {difference}",
+        f"record it: WORKBENCH_RECORD_MODE=record <the same command> (or mode='record' at the call site), "
+        f"then commit {cassette.path}",
+    )
+
+
+def _miss_body(error: WorkbenchError) -> bytes:
+    message = f"{error.code}: {error.cause}\nfix: {error.fix}"
+    # both SDKs' error shapes at once: OpenAI reads error.message, Anthropic type + error
+    return json.dumps({"type": "error", "error": {"type": error.code, "code": error.code, "message": message}}).encode()
+
+
+def _headers(recorded: dict[str, list[str]]) -> list[tuple[str, str]]:
+    return [(name, value) for name, values in recorded.items() for value in values]
+
+
+def build(httpx: ModuleType):
+    class _Replayed(httpx.SyncByteStream):
+        def __init__(self, chunks: list[bytes]) -> None:
+            self._chunks = chunks
+
+        def __iter__(self):
+            yield from self._chunks
+
+    class _AsyncReplayed(httpx.AsyncByteStream):
+        def __init__(self, chunks: list[bytes]) -> None:
+            self._chunks = chunks
+
+        async def __aiter__(self):
+            for chunk in self._chunks:
+                yield chunk
+
+    class _Recording:
+        """Tees a live response into the cassette once it has been read to its end."""
+
+        def __init__(self, cassette: Cassette, request: RecordedRequest, response) -> None:
+            self.cassette, self.request, self.response = cassette, request, response
+            self.parts: list[bytes] = []
+            self.done = False
+
+        def close(self) -> None:
+            """Closed before the end: kept only when the protocol says the response was whole (the
+            OpenAI SDK closes a stream at `[DONE]` without reading on)."""
+            content_type = self.response.headers.get("content-type", "")
+            wire = wire_of(self.request.method, self.request.uri)
+            if "text/event-stream" in content_type and is_complete(
+                wire, b"".join(self.parts), self.response.headers.get("content-encoding")
+            ):
+                self.finish()
+
+        def finish(self) -> None:
+            if self.done:
+                return
+            self.done = True
+            headers: dict[str, list[str]] = {}
+            for name, value in self.response.headers.multi_items():
+                headers.setdefault(name, []).append(value)
+            self.cassette.record(Interaction(
+                request=self.request,
+                response=RecordedResponse(status=self.response.status_code, headers=headers, body=b"".join(self.parts)),
+            ))
+
+    class _RecordingStream(httpx.SyncByteStream):
+        def __init__(self, inner, recording: _Recording) -> None:
+            self._inner, self._recording = inner, recording
+
+        def __iter__(self):
+            for chunk in self._inner:
+                self._recording.parts.append(chunk)
+                yield chunk
+            self._recording.finish()
+
+        def close(self) -> None:
+            self._recording.close()
+            self._inner.close()
+
+    class _AsyncRecordingStream(httpx.AsyncByteStream):
+        def __init__(self, inner, recording: _Recording) -> None:
+            self._inner, self._recording = inner, recording
+
+        async def __aiter__(self):
+            async for chunk in self._inner:
+                self._recording.parts.append(chunk)
+                yield chunk
+            self._recording.finish()
+
+        async def aclose(self) -> None:
+            self._recording.close()
+            await self._inner.aclose()
+
+    def _served(cassette: Cassette, request, body: bytes, stream_type: type):
+        """The response a cassette gives (a recording, or a miss in replay mode), or None: ask the
+        network and record."""
+        digest = request_hash(request.method, str(request.url), body)
+        if cassette.mode in ("replay", "record"):
+            index = cassette.index.take(digest)
+            if index is not None:
+                recorded = cassette.index.interactions[index].response
+                content_type = ", ".join(recorded.headers.get("content-type", recorded.headers.get("Content-Type", [])))
+                return httpx.Response(
+                    recorded.status, headers=_headers(recorded.headers),
+                    stream=stream_type(_chunks(recorded.body, content_type)),
+                    extensions={REPLAYED_FROM: str(cassette.path)},
+                )
+        if cassette.mode == "replay":
+            error = miss_error(cassette, request.method, str(request.url), body, digest)
+            cassette.misses.append(error)
+            headers = [("content-type", "application/json"), ("x-should-retry", "false"), (MISS_HEADER, error.code)]
+            return httpx.Response(400, headers=headers, stream=stream_type([_miss_body(error)]))
+        return None
+
+    def _recorded_request(request, body: bytes) -> RecordedRequest:
+        headers: dict[str, list[str]] = {}
+        for name, value in request.headers.multi_items():
+            headers.setdefault(name, []).append(value)
+        return RecordedRequest(method=request.method, uri=str(request.url), headers=headers, body=body)
+
+    class ReplayTransport(httpx.BaseTransport):
+        def __init__(self, cassette: Cassette, inner=None) -> None:
+            self.cassette = cassette
+            self.inner = inner if inner is not None else httpx.HTTPTransport()
+
+        def handle_request(self, request):
+            body = scrub_body(request.read(), self.cassette.body_hook)
+            served = _served(self.cassette, request, body, _Replayed)
+            if served is not None:
+                return served
+            response = self.inner.handle_request(request)
+            recording = _Recording(self.cassette, _recorded_request(request, body), response)
+            return httpx.Response(
+                response.status_code, headers=response.headers,
+                stream=_RecordingStream(response.stream, recording), extensions=response.extensions,
+            )
+
+        def close(self) -> None:
+            self.cassette.save()
+            self.inner.close()
+
+    class AsyncReplayTransport(httpx.AsyncBaseTransport):
+        def __init__(self, cassette: Cassette, inner=None) -> None:
+            self.cassette = cassette
+            self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request):
+            body = scrub_body(await request.aread(), self.cassette.body_hook)
+            served = _served(self.cassette, request, body, _AsyncReplayed)
+            if served is not None:
+                return served
+            response = await self.inner.handle_async_request(request)
+            recording = _Recording(self.cassette, _recorded_request(request, body), response)
+            return httpx.Response(
+                response.status_code, headers=response.headers,
+                stream=_AsyncRecordingStream(response.stream, recording), extensions=response.extensions,
+            )
+
+        async def aclose(self) -> None:
+            self.cassette.save()
+            await self.inner.aclose()
+
+    return ReplayTransport, AsyncReplayTransport
