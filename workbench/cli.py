@@ -18,6 +18,21 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Record, repl
 cassettes_app = typer.Typer(no_args_is_help=True, help="Inspect, check and export vcrpy cassettes.")
 app.add_typer(cassettes_app, name="cassettes")
 
+
+class _EvalGroup(typer.core.TyperGroup):
+    """`workbench eval SUITE ...` runs suites; `workbench eval compare|cases-from-runs` are commands."""
+
+    def parse_args(self, ctx, args):
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+eval_app = typer.Typer(cls=_EvalGroup, help="Run eval suites and gate on drops from their baselines.")
+app.add_typer(eval_app, name="eval")
+prompts_app = typer.Typer(no_args_is_help=True, help="Versioned prompts and their lock file.")
+app.add_typer(prompts_app, name="prompts")
+
 # wide enough for the tables when output goes to a pipe or a CI log
 console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
@@ -110,6 +125,164 @@ def cassettes_export(
 
     cassette, case = export_run(run_id, out, db)
     console.print(f"wrote {cassette} and {case}")
+
+
+@app.command("dashboard")
+def dashboard(
+    db: Annotated[Path | None, typer.Option(help="the store to show (default: the db setting)")] = None,
+    port: Annotated[int, typer.Option(help="the port to serve on")] = 8501,
+    open_browser: Annotated[bool, typer.Option("--open/--no-open", help="open a browser tab")] = False,
+) -> None:
+    """Serve the Streamlit dashboard over the store; it never holds the store open between reads."""
+    import os
+    import subprocess
+
+    app_path = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+    if not app_path.is_file():
+        err_console.print(f"[bold red]the dashboard app is missing[/]: {app_path}\n[bold]fix:[/] install "
+                          "replay-workbench from a source checkout (`pip install -e .`)")
+        raise typer.Exit(2)
+    env = dict(os.environ)
+    if db is not None:
+        env["WORKBENCH_DB"] = str(db.resolve())
+    command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.port", str(port),
+               "--server.headless", str(not open_browser).lower(), "--browser.gatherUsageStats", "false",
+               "--server.fileWatcherType", "none"]
+    if os.name == "posix":  # become the server: signals (Ctrl-C, a supervisor's TERM) reach it directly
+        os.execve(sys.executable, command, env)
+    try:
+        raise typer.Exit(subprocess.call(command, env=env))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _suites(names: list[str], evals: Path):
+    from workbench.evaluate.suite import find_suite, load_suites
+
+    if not names:
+        suites = list(load_suites([evals]).values())
+        if not suites:
+            raise WorkbenchError("WB_EVAL_SUITE_INVALID", f"no suites under {evals}", "pass --evals DIR or a suite file")
+        return sorted(suites, key=lambda suite: suite.name)
+    return [find_suite(name, evals) for name in names]
+
+
+def _progress(total: int, label: str):
+    from rich.progress import Progress
+
+    progress = Progress(console=err_console, transient=True, disable=not sys.stderr.isatty())
+    task = progress.add_task(label, total=total)
+    return progress, lambda: progress.advance(task)
+
+
+@eval_app.command("run")
+def eval_run(
+    suites: Annotated[list[str] | None, typer.Argument(help="suite names or files (default: every suite)")] = None,
+    evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
+    mode: Annotated[str | None, typer.Option(help="replay (default), record, rerecord or live")] = None,
+    prompt_version: Annotated[str | None, typer.Option(help="run this version of the suite's prompt")] = None,
+    record_baseline: Annotated[bool, typer.Option("--record-baseline", help="record the baseline; no gate")] = False,
+    max_cost_increase: Annotated[float | None, typer.Option(help="fail if cost per case rises more (0.1 = 10%)")] = None,
+    junit: Annotated[Path | None, typer.Option(help="write JUnit XML here")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="write a Markdown summary here")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here")] = None,
+) -> None:
+    """Run suites (replay by default) and gate on the drop from their baselines: exit 0 pass,
+    1 regression, 2 could not judge."""
+    from workbench.capture import flush
+    from workbench.evaluate.gate import evaluate, recording_requested
+    from workbench.evaluate.report import print_console, to_json, to_junit, to_markdown
+
+    if not record_baseline and recording_requested():
+        raise WorkbenchError(
+            "WB_EVAL_RECORDING", "WORKBENCH_EVAL_RECORD=1 is set, and the gate never records: nothing was run",
+            "unset WORKBENCH_EVAL_RECORD to gate, or pass --record-baseline to record",
+        )
+    outcomes = []
+    for suite in _suites(suites or [], evals):
+        progress, advance = _progress(len(suite.cases), f"eval {suite.name}")
+        with progress:
+            outcomes.append(evaluate(suite, mode, prompt_version, record_baseline, max_cost_increase, advance))
+    try:
+        flush()
+    except WorkbenchError as exc:  # the verdict stands even when the store is busy
+        err_console.print(f"[yellow]results not stored yet[/]: {exc.cause}")
+    print_console(outcomes, console)
+    for path, render in ((junit, to_junit), (markdown, to_markdown), (json_out, to_json)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render(outcomes), encoding="utf-8")
+    failed = [outcome.error for outcome in outcomes if outcome.error is not None]
+    if record_baseline:
+        for outcome in outcomes:
+            console.print(f"recorded {outcome.eval_run.suite.baseline_path}")
+    if failed:
+        raise failed[0]
+
+
+@eval_app.command("compare")
+def eval_compare(
+    suite_name: Annotated[str, typer.Argument(help="the suite")],
+    version_a: Annotated[str, typer.Argument(help="a prompt version")],
+    version_b: Annotated[str, typer.Argument(help="another prompt version")],
+    evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
+    mode: Annotated[str | None, typer.Option(help="replay (default) or record: live calls only for what changed")] = None,
+) -> None:
+    """Two prompt versions side by side, case by case: score, output, cost."""
+    import asyncio
+
+    from workbench.evaluate.runner import run_suite
+    from workbench.evaluate.scorers import _text
+
+    (suite,) = _suites([suite_name], evals)
+    runs = [asyncio.run(run_suite(suite, mode, version)) for version in (version_a, version_b)]
+    table = Table(title=f"{suite.name}: {suite.prompt.id} {version_a} vs {version_b}")
+    for name in ("case", f"score {version_a}", f"score {version_b}", "Δ", f"cost {version_a}", f"cost {version_b}",
+                 f"output {version_a}", f"output {version_b}"):
+        table.add_column(name)
+    for left, right in zip(runs[0].results, runs[1].results, strict=True):
+        table.add_row(
+            left.case_id, f"{left.score:.2f}", f"{right.score:.2f}", f"{right.score - left.score:+.2f}",
+            _money(left.cost_micros, exact=True), _money(right.cost_micros, exact=True),
+            _text(left.output)[:40] if left.output is not None else str(left.error and left.error.code),
+            _text(right.output)[:40] if right.output is not None else str(right.error and right.error.code),
+        )
+    console.print(table)
+    console.print(
+        f"mean {runs[0].mean:.4f} → {runs[1].mean:.4f}; cost {_money(runs[0].cost_micros)} → {_money(runs[1].cost_micros)}"
+    )
+
+
+@app.command("check")
+def check_command(
+    evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
+    lock: Annotated[Path, typer.Option(help="the prompts lock file")] = Path("evals/prompts.lock"),
+    cassettes: Annotated[Path, typer.Option(help="the folder of cassettes")] = Path("cassettes"),
+) -> None:
+    """Every prompt named by an eval, no released prompt changed, baselines valid, cassettes clean."""
+    from workbench.evaluate.check import check_project
+
+    problems = check_project(evals, lock, cassettes)
+    for problem in problems:
+        console.print(f"[red]✗[/] {problem.code}: {problem.cause}\n  fix: {problem.fix}")
+    if problems:
+        raise problems[0]
+    console.print("[green]✓[/] prompts, baselines and cassettes are consistent")
+
+
+@prompts_app.command("lock")
+def prompts_lock(
+    evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
+    lock: Annotated[Path, typer.Option(help="the prompts lock file")] = Path("evals/prompts.lock"),
+) -> None:
+    """Add every new prompt version to the lock file (a released version's hash never changes)."""
+    from workbench.evaluate.prompts import prompts, write_lock
+    from workbench.evaluate.suite import load_suites
+
+    if evals.exists():
+        load_suites([evals])
+    added = write_lock(prompts.all(), lock)
+    console.print(f"{lock}: added {', '.join(added) if added else 'nothing'}")
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-Kind = Literal["call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model"]
+Kind = Literal[
+    "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result"
+]
 
 # table, primary key, and whether a later record replaces an earlier one with the same key
 TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
@@ -18,4 +20,6 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "compaction": ("compactions", ("compaction_id",), False),
     "prompt": ("prompts", ("prompt_hash",), False),
     "model": ("models", ("price_source",), True),
+    "eval_run": ("eval_runs", ("eval_run_id",), True),
+    "eval_result": ("eval_results", ("eval_run_id", "case_id"), True),
 }

@@ -85,6 +85,26 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX calls_run ON calls (run_id);
         """,
     ),
+    (
+        "0002_evals",
+        """
+        -- one row per `workbench eval` of one suite
+        CREATE TABLE eval_runs (
+            eval_run_id VARCHAR PRIMARY KEY, suite VARCHAR, prompt_id VARCHAR, prompt_version VARCHAR,
+            prompt_hash VARCHAR, model VARCHAR,
+            mode VARCHAR,              -- replay, record, rerecord, live
+            git_commit VARCHAR, started_at TIMESTAMPTZ, ended_at TIMESTAMPTZ,
+            mean_score DOUBLE, baseline_mean DOUBLE, tolerance DOUBLE,
+            verdict VARCHAR,           -- pass, regression, error, recorded (a baseline was written)
+            error_code VARCHAR, cases INTEGER, failed_cases INTEGER,
+            cost_micros BIGINT);       -- exact cost of every call the run made, judges included
+        -- one row per case of an eval run
+        CREATE TABLE eval_results (
+            eval_run_id VARCHAR, case_id VARCHAR, run_id VARCHAR, score DOUBLE, baseline_score DOUBLE,
+            delta DOUBLE, passed BOOLEAN, cost_micros BIGINT, baseline_cost_micros BIGINT,
+            output VARCHAR, scores VARCHAR, error VARCHAR, PRIMARY KEY (eval_run_id, case_id));
+        """,
+    ),
 ]
 
 

@@ -36,6 +36,10 @@ class Spool:
         self._file: Path | None = None
         self._pid = 0
         self._warned: set[str] = set()
+        self._stopping = False
+        # records written to the spool file that no ingestion has been tried on since: an idle
+        # recorder does not open the store every interval
+        self._to_ingest = False
 
     # called from any thread, on the application's path: append to memory only
     def append(self, kind: str, row: dict) -> None:
@@ -62,10 +66,19 @@ class Spool:
                     self._thread.start()
 
     def _run(self) -> None:
-        while True:
+        while not self._stopping:
             self._wake.wait(self.flush_interval_s)
             self._wake.clear()
-            self.flush(ingest=True)
+            if not self._stopping:
+                self.flush(ingest=True)
+
+    def stop(self) -> None:
+        """End the background thread (at exit: DuckDB must not run in a thread while Python ends)."""
+        self._stopping = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=30)
 
     def _path(self) -> Path:
         if self._file is None:
@@ -84,21 +97,27 @@ class Spool:
                     data = ("\n".join(batch) + "\n").encode("utf-8")
                     fd = os.open(self._path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     try:
-                        os.write(fd, data)  # one write per batch: appended whole or torn at the end
+                        view = memoryview(data)
+                        while view:  # one write per batch (appended whole or torn at the end), unless short
+                            view = view[os.write(fd, view):]
                     finally:
                         os.close(fd)
                     self.stats["written"] += len(batch)
+                    self._to_ingest = True
                 except OSError as exc:
                     self._fail("write", exc)
                     with self._lock:  # keep them for the next try, oldest first
                         self._pending[:0] = batch[: MAX_PENDING - len(self._pending)]
                     return
-        if ingest:
-            from workbench.store.ingest import ingest_spools
+        if ingest and self._to_ingest:
+            from workbench.store.ingest import try_ingest
 
+            self._to_ingest = False
             try:
-                ingest_spools(self.db_path, self.spool_dir, wait=False)
+                if try_ingest(self.db_path, self.spool_dir) is None:
+                    self._to_ingest = True  # another process holds the store: try again next time
             except Exception as exc:  # noqa: BLE001 - fail-open: the spool keeps the records
+                self._to_ingest = True
                 self._fail("ingest", exc)
 
     def _fail(self, what: str, exc: BaseException) -> None:
@@ -125,9 +144,18 @@ def flush_all(ingest: bool = True) -> None:
         spool.flush(ingest=ingest)
 
 
-@atexit.register
 def _flush_at_exit() -> None:
+    for spool in list(_spools.values()):
+        spool.stop()
     try:
         flush_all(ingest=True)
     except Exception:  # noqa: BLE001 - never fail an exiting application
         pass
+
+
+# Flush before the interpreter starts to finalize (DuckDB refuses to scan Python objects then):
+# threading's exit hooks run first, while the interpreter is whole; plain atexit is the fallback.
+try:
+    threading._register_atexit(_flush_at_exit)
+except (AttributeError, RuntimeError):  # pragma: no cover - another Python, or already shutting down
+    atexit.register(_flush_at_exit)

@@ -1,0 +1,41 @@
+"""`workbench check`: every prompt named by an eval, no released prompt changed, every baseline
+valid, every cassette clean. Returns every problem, not just the first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+from workbench.evaluate.baseline import read_baseline
+from workbench.evaluate.prompts import check_lock, prompts
+from workbench.evaluate.suite import load_suites
+from workbench.replay.check import check as check_cassettes
+
+
+def check_project(evals_dir: Path, lock_path: Path, cassettes_dir: Path) -> list[WorkbenchError]:
+    problems: list[WorkbenchError] = []
+    suites = load_suites([evals_dir]) if evals_dir.exists() else {}
+    named_ids = {suite.prompt.id for suite in suites.values()}
+    for prompt in prompts.all():
+        if prompt.id not in named_ids:
+            problems.append(WorkbenchError(
+                "WB_EVAL_MISSING",
+                f"prompt {prompt.id} (version {prompt.version}) is declared but no eval suite names it",
+                f"add a suite: define_eval('{prompt.id}', prompt=..., cases=..., scorers=...) under {evals_dir}",
+            ))
+    problems += check_lock(prompts.all(), lock_path)
+    for suite in suites.values():
+        try:
+            read_baseline(suite.baseline_path, suite.name)
+        except WorkbenchError as exc:
+            problems.append(exc)
+    if cassettes_dir.exists():
+        for report in check_cassettes(cassettes_dir):
+            if report.error is not None:
+                problems.append(report.error)
+            elif report.secrets:
+                problems.append(WorkbenchError(
+                    "WB_CASSETTE_SECRET", f"{report.path}: {report.secrets[0]}",
+                    f"re-record {report.path} (Workbench scrubs secrets when it records), or remove the value",
+                ))
+    return problems

@@ -1,0 +1,258 @@
+"""The runner: every case of a suite, concurrently (bounded), each in a run of kind `eval_case`
+linked to its calls; judges in runs of their own; results into `eval_runs` / `eval_results`.
+Replay by default: a case that misses its cassette stops the suite with WB_REPLAY_MISS itself."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import json
+import subprocess
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx2
+
+from workbench.capture import recorder, run
+from workbench.config import RecordMode, settings
+from workbench.errors import WorkbenchError
+from workbench.evaluate.prompts import Prompt, prompts
+from workbench.evaluate.scorers import Score, ScoreContext
+from workbench.evaluate.suite import Case, Suite
+from workbench.replay.clients import AsyncReplayTransport, async_http_client, http_client
+from workbench.replay.session import Cassette
+
+# errors that are the model's answer being wrong (the case scores 0), not a failure to judge
+CASE_FAILURES = {
+    "WB_LLM_OUTPUT_INVALID", "WB_LLM_TRUNCATED", "WB_LLM_REFUSED", "WB_AGENT_MAX_TURNS", "WB_AGENT_TOOL_LOOP",
+    "WB_AGENT_DEADLINE", "WB_AGENT_CONTEXT_EXHAUSTED", "WB_BUDGET_EXCEEDED",
+}
+
+
+@dataclass
+class EvalContext:
+    """What a suite's target gets besides the case's vars: clients bound to the suite's cassette."""
+
+    suite: Suite
+    prompt: Prompt
+    case: Case
+    cassette: Cassette | None
+
+    def http_client(self, **kwargs) -> httpx2.Client:
+        return http_client(self.cassette, **kwargs)
+
+    def async_http_client(self, **kwargs) -> httpx2.AsyncClient:
+        return async_http_client(self.cassette, **kwargs)
+
+    @property
+    def transport(self) -> httpx2.AsyncBaseTransport:
+        """An async transport for the runtime's providers (`OpenAIProvider(..., transport=...)`)."""
+        inner = httpx2.AsyncHTTPTransport()
+        return inner if self.cassette is None else AsyncReplayTransport(self.cassette, inner)
+
+
+@dataclass
+class CaseResult:
+    case_id: str
+    output: Any
+    scores: dict[str, Score]
+    cost_micros: int | None  # None: a call was unpriced
+    run_id: str
+    error: WorkbenchError | None = None
+
+    @property
+    def score(self) -> float:
+        gated = [score.value for score in self.scores.values() if score.value is not None]
+        return sum(gated) / len(gated) if gated else 0.0
+
+
+@dataclass
+class EvalRun:
+    eval_run_id: str
+    suite: Suite
+    prompt: Prompt
+    mode: RecordMode
+    results: list[CaseResult] = field(default_factory=list)
+    judge_cost_micros: int = 0
+    git_commit: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def mean(self) -> float:
+        return sum(result.score for result in self.results) / len(self.results) if self.results else 0.0
+
+    @property
+    def cost_micros(self) -> int | None:
+        costs = [result.cost_micros for result in self.results]
+        return None if any(cost is None for cost in costs) else sum(costs) + self.judge_cost_micros
+
+    @property
+    def model(self) -> str | None:
+        return self.prompt.model
+
+
+def git_commit() -> str | None:
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def _output_text(output: Any) -> str:
+    from workbench.evaluate.scorers import _text
+
+    return _text(output)
+
+
+async def _call(function, *args):
+    """A sync or async callable, awaited; sync ones in a thread with the caller's context."""
+    if inspect.iscoroutinefunction(function):
+        return await function(*args)
+    context = contextvars.copy_context()
+    result = await asyncio.to_thread(context.run, function, *args)
+    return await result if inspect.isawaitable(result) else result
+
+
+class _Judge:
+    """Runs a judge prompt in a run of its own (kind `judge`), outside the case's run, so the
+    judge is billed apart from the application, against the suite's judge cassette."""
+
+    def __init__(self, suite: Suite, cassette: Cassette | None, eval_run: EvalRun, loop: asyncio.AbstractEventLoop):
+        self.suite, self.cassette, self.eval_run, self.loop = suite, cassette, eval_run, loop
+
+    def __call__(self, judge_prompt: Prompt, variables: dict, case_id: str):
+        def judged():
+            with run(f"judge:{self.suite.name}:{case_id}", kind="judge", prompt=judge_prompt.ref,
+                     suite=self.suite.name, case=case_id) as judge_run:
+                if callable(self.suite.judge) and not isinstance(self.suite.judge, str):
+                    reply = self.suite.judge(judge_prompt, variables, self)
+                else:
+                    reply = _runtime_answer(self.suite, judge_prompt, variables, self.cassette, model=self.suite.judge)
+            self.eval_run.judge_cost_micros += judge_run.billed.cost_micros
+            return reply
+
+        return contextvars.Context().run(judged)  # a fresh context: not inside the case's run
+
+
+def _runtime_answer(suite: Suite, prompt: Prompt, variables: dict, cassette: Cassette | None, model: str | None = None):
+    """The prompt through Workbench's runtime, with providers from `suite.target_providers`."""
+    from workbench.runtime.gateway import Gateway
+    from workbench.runtime.llm import llm
+
+    inner = httpx2.AsyncHTTPTransport()
+    transport = inner if cassette is None else AsyncReplayTransport(cassette, inner)
+    gateway = Gateway(suite_providers(suite, transport), default_model=prompt.model)
+    return llm(gateway, prompt, variables, output=prompt.output_type, model=model)
+
+
+def suite_providers(suite: Suite, transport) -> list:
+    """The runtime providers a suite talks to: the suite's `providers(transport)`, else OpenAI and
+    Anthropic at their public URLs (keys from OPENAI_API_KEY / ANTHROPIC_API_KEY; replay needs
+    none)."""
+    from workbench.runtime.providers import AnthropicProvider, OpenAIProvider
+
+    if suite.providers is not None:
+        return suite.providers(transport)
+    return [
+        OpenAIProvider(models=["gpt-*", "o*"], transport=transport),
+        AnthropicProvider(models=["claude-*"], transport=transport),
+    ]
+
+
+async def run_suite(suite: Suite, mode: RecordMode | None = None, prompt_version: str | None = None, progress=None) -> EvalRun:
+    mode = mode or settings().record_mode
+    prompt = suite.prompt if prompt_version is None else prompts.get(suite.prompt.id, prompt_version)
+    cassette = None if mode == "live" else Cassette(suite.cassette_path, mode)
+    judge_cassette = None
+    if suite.judge is not None and mode != "live":
+        judge_cassette = Cassette(suite.judge_cassette_path, mode)
+    eval_run = EvalRun(uuid.uuid4().hex, suite, prompt, mode, git_commit=git_commit(),
+                       started_at=datetime.now(timezone.utc))
+    judge = _Judge(suite, judge_cassette, eval_run, asyncio.get_running_loop()) if suite.judge is not None else None
+    limit = asyncio.Semaphore(max(1, suite.concurrency))
+
+    async def one(case: Case) -> CaseResult:
+        async with limit:
+            result = await _run_case(suite, prompt, case, cassette, judge)
+            if progress is not None:
+                progress()
+            return result
+
+    try:
+        results = await asyncio.gather(*(one(case) for case in suite.cases), return_exceptions=True)
+    finally:
+        for used in (cassette, judge_cassette):
+            if used is not None:
+                used.save()
+    for used in (cassette, judge_cassette):
+        if used is not None and used.misses:
+            raise used.misses[0]
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    eval_run.results = sorted(results, key=lambda result: [case.id for case in suite.cases].index(result.case_id))
+    eval_run.ended_at = datetime.now(timezone.utc)
+    return eval_run
+
+
+async def _run_case(suite: Suite, prompt: Prompt, case: Case, cassette: Cassette | None, judge) -> CaseResult:
+    context = EvalContext(suite, prompt, case, cassette)
+    error = None
+    with run(f"eval:{suite.name}:{case.id}", kind="eval_case", prompt=prompt.ref, suite=suite.name, case=case.id) as case_run:
+        try:
+            if suite.target is not None:
+                output = await _call(suite.target, case.vars, context)
+            else:
+                output = await _call(_runtime_answer, suite, prompt, case.vars, cassette)
+        except WorkbenchError as exc:
+            if exc.code not in CASE_FAILURES:
+                raise
+            output, error = None, exc
+    scores: dict[str, Score] = {}
+    for scorer in suite.scorers:
+        if error is not None:
+            scores[scorer.name] = Score(0.0, f"{error.code}: {error.cause}"[:200], assertion=True)
+            continue
+        score_context = ScoreContext(case.id, case.vars, output, case.expected, case.metadata, case_run.calls, judge)
+        scores[scorer.name] = await _call(scorer, score_context)
+    billed = case_run.billed
+    cost = None if billed.unpriced_calls else billed.cost_micros
+    return CaseResult(case.id, output, scores, cost, case_run.run_id, error)
+
+
+def store_eval_run(eval_run: EvalRun, verdict: str, baseline=None, error_code: str | None = None) -> None:
+    """Spool the eval run and its results (fail-open, like every recording)."""
+    spool = recorder().spool
+    baseline_cases = baseline.cases if baseline is not None else {}
+    spool.append("eval_run", {
+        "eval_run_id": eval_run.eval_run_id, "suite": eval_run.suite.name, "prompt_id": eval_run.prompt.id,
+        "prompt_version": eval_run.prompt.version, "prompt_hash": eval_run.prompt.hash, "model": eval_run.model,
+        "mode": eval_run.mode, "git_commit": eval_run.git_commit,
+        "started_at": eval_run.started_at.isoformat() if eval_run.started_at else None,
+        "ended_at": eval_run.ended_at.isoformat() if eval_run.ended_at else None,
+        "mean_score": eval_run.mean, "baseline_mean": baseline.mean if baseline is not None else None,
+        "tolerance": eval_run.suite.tolerance, "verdict": verdict, "error_code": error_code,
+        "cases": len(eval_run.results),
+        "failed_cases": sum(
+            1 for result in eval_run.results
+            if result.case_id in baseline_cases and baseline_cases[result.case_id].score - result.score > eval_run.suite.tolerance
+        ),
+        "cost_micros": eval_run.cost_micros,
+    })
+    for result in eval_run.results:
+        recorded = baseline_cases.get(result.case_id)
+        spool.append("eval_result", {
+            "eval_run_id": eval_run.eval_run_id, "case_id": result.case_id, "run_id": result.run_id,
+            "score": result.score, "baseline_score": recorded.score if recorded else None,
+            "delta": result.score - recorded.score if recorded else None,
+            "passed": recorded is None or recorded.score - result.score <= eval_run.suite.tolerance,
+            "cost_micros": result.cost_micros, "baseline_cost_micros": recorded.cost_micros if recorded else None,
+            "output": _output_text(result.output)[:4000] if result.output is not None else None,
+            "scores": json.dumps({name: score.value for name, score in result.scores.items()}),
+            "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
+        })

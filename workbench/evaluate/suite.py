@@ -1,0 +1,166 @@
+"""Eval suites: a prompt, cases, scorers and the tolerance of the gate. The baseline and the
+cassettes are found from the suite file, never from the working directory."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.evaluate.prompts import Prompt
+from workbench.evaluate.scorers import Scorer, scorer_of
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    vars: dict[str, Any]
+    expected: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Suite:
+    name: str
+    prompt: Prompt
+    cases: list[Case]
+    scorers: list[Scorer]
+    tolerance: float
+    file: Path
+    baseline_path: Path
+    cassette_path: Path
+    target: Callable | None = None  # (vars, context) -> output; None: the prompt through the runtime
+    judge: Any = None  # a model name for the runtime, or a callable (prompt, vars, context) -> reply
+    concurrency: int = 4
+    providers: Callable | None = None  # (async transport) -> runtime providers; None: the public APIs
+
+    @property
+    def judge_cassette_path(self) -> Path:
+        return self.cassette_path.with_name(self.cassette_path.stem + ".judge" + self.cassette_path.suffix)
+
+
+def _cases_from(value, base: Path) -> list[Case]:
+    if isinstance(value, (str, Path)):
+        path = Path(value) if Path(value).is_absolute() else base / value
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+            rows = [json.loads(line) for line in lines if line.strip()]
+        except (OSError, ValueError) as exc:
+            raise WorkbenchError(
+                "WB_EVAL_SUITE_INVALID", f"cannot read the cases file {path}: {exc}",
+                f"write {path} as JSON lines: one {{\"id\", \"vars\", \"expected\"}} object a line",
+            ) from exc
+    else:
+        rows = list(value)
+    cases = []
+    for index, row in enumerate(rows):
+        if isinstance(row, Case):
+            cases.append(row)
+            continue
+        if not isinstance(row, dict) or "vars" not in row:
+            raise WorkbenchError(
+                "WB_EVAL_SUITE_INVALID", f"case {index} is {row!r:.80}, not a mapping with `vars`",
+                "give each case {\"id\": ..., \"vars\": {...}, \"expected\": ...}",
+            )
+        cases.append(Case(str(row.get("id", index)), dict(row["vars"]), row.get("expected"), row.get("metadata", {})))
+    ids = [case.id for case in cases]
+    duplicates = sorted({case_id for case_id in ids if ids.count(case_id) > 1})
+    if duplicates:
+        raise WorkbenchError(
+            "WB_EVAL_SUITE_INVALID", f"case ids repeat: {', '.join(duplicates)}", "give every case a unique id"
+        )
+    return cases
+
+
+_suites: dict[str, Suite] = {}
+
+
+def define_eval(
+    name: str,
+    prompt: Prompt,
+    cases,
+    scorers: list,
+    tolerance: float = 0.05,
+    baseline: Path | str | None = None,
+    target: Callable | None = None,
+    judge: Any = None,
+    cassette: Path | str | None = None,
+    concurrency: int = 4,
+    providers: Callable | None = None,
+) -> Suite:
+    """Declare a suite. `cases`: a list of {"id", "vars", "expected"} or a JSONL path (relative to
+    the suite file). The baseline is `<name>.baseline.json` beside the suite file; the cassette is
+    `cassettes/<name>.json` in the folder above the suite file's folder (the repository root for
+    `evals/`), unless given."""
+    caller = Path(inspect.stack()[1].filename).resolve()
+    base = caller.parent
+    resolve = lambda value: (Path(value) if Path(value).is_absolute() else base / value).resolve()  # noqa: E731
+    if not 0 <= tolerance < 1:
+        raise WorkbenchError(
+            "WB_EVAL_SUITE_INVALID", f"suite {name}: tolerance {tolerance} is outside [0, 1)", "use e.g. tolerance=0.05"
+        )
+    suite = Suite(
+        name=name, prompt=prompt, cases=_cases_from(cases, base), scorers=[scorer_of(item) for item in scorers],
+        tolerance=tolerance, file=caller,
+        baseline_path=resolve(baseline) if baseline else base / f"{name}.baseline.json",
+        cassette_path=resolve(cassette) if cassette else base.parent / "cassettes" / f"{name}.json",
+        target=target, judge=judge, concurrency=concurrency, providers=providers,
+    )
+    if not suite.scorers:
+        raise WorkbenchError("WB_EVAL_SUITE_INVALID", f"suite {name} has no scorers", "pass scorers=[exact(), ...]")
+    _suites[name] = suite
+    return suite
+
+
+def load_suites(paths: list[Path]) -> dict[str, Suite]:
+    """Import every suite file (a .py file, or every .py in a folder) and return the suites defined."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files += sorted(item for item in path.glob("*.py") if not item.name.startswith("_"))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise WorkbenchError(
+                "WB_EVAL_SUITE_INVALID", f"{path} is not a suite file or folder", "pass evals/ or evals/<suite>.py"
+            )
+    found: dict[str, Suite] = {}
+    for file in files:
+        module_name = f"workbench_suite_{file.stem}_{abs(hash(str(file.resolve())))}"
+        if module_name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(module_name, file)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[module_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except WorkbenchError:
+                raise
+            except Exception as exc:
+                del sys.modules[module_name]
+                raise WorkbenchError(
+                    "WB_EVAL_SUITE_INVALID", f"{file} failed to import: {type(exc).__name__}: {exc}", f"fix {file}"
+                ) from exc
+        found.update({name: suite for name, suite in _suites.items() if suite.file == file.resolve()})
+    return found
+
+
+def find_suite(name_or_path: str, root: Path) -> Suite:
+    path = Path(name_or_path)
+    if path.suffix == ".py" or path.is_dir():
+        suites = load_suites([path])
+    else:
+        suites = load_suites([root])
+        suites = {name: suite for name, suite in suites.items() if name == name_or_path}
+    if len(suites) != 1:
+        available = ", ".join(sorted(load_suites([root]))) if root.exists() else "none"
+        raise WorkbenchError(
+            "WB_EVAL_SUITE_INVALID", f"no single suite named {name_or_path!r} (suites under {root}: {available})",
+            "pass a suite name or a suite file",
+        )
+    return next(iter(suites.values()))
