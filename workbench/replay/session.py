@@ -60,12 +60,6 @@ class Cassette:
             hashes = _stored_hashes(self.path)
             if hashes is not None and len(hashes) != len(interactions):
                 hashes = None
-        elif self.mode == "replay":
-            raise WorkbenchError(
-                "WB_CASSETTE_NOT_FOUND",
-                f"replay mode needs the cassette {self.path}, which does not exist",
-                f"record it: WORKBENCH_RECORD_MODE=record <the same command> (writes {self.path})",
-            )
         self.index = CassetteIndex(interactions, hashes)
         self._new: list[Interaction] = []
         _open.add(self)
@@ -124,7 +118,7 @@ class Cassette:
         self._save_played()
 
     def _save_played(self) -> None:
-        if self.mode != "replay":
+        if self.mode != "replay" or not self.path.exists():
             return
         record = played_record_path(self.path)
         try:

@@ -35,6 +35,8 @@ def _chunks(body: bytes, content_type: str) -> list[bytes]:
 def miss_error(cassette: Cassette, method: str, url: str, body: bytes, digest: str) -> WorkbenchError:
     closest, difference = cassette.index.closest(method, url, body)
     recorded = f"{closest.request.method} {closest.request.uri}" if closest else "none"
+    if not cassette.path.exists():
+        difference = "the cassette file does not exist yet"
     return WorkbenchError(
         "WB_REPLAY_MISS",
         f"no recording in {cassette.path} for {method} {url} (request hash {digest}); "
@@ -78,15 +80,20 @@ def build(httpx: ModuleType):
             self.parts: list[bytes] = []
             self.done = False
 
-        def close(self) -> None:
+        def close(self) -> bool:
             """Closed before the end: kept only when the protocol says the response was whole (the
-            OpenAI SDK closes a stream at `[DONE]` without reading on)."""
+            OpenAI SDK closes a stream at `[DONE]` without reading on). Returns True when the rest of
+            a non-stream body must be read first: the SDKs close a retryable error (429, 529) of a
+            `stream=True` request without reading it, and the retry must replay as it was recorded."""
+            if self.done:
+                return False
             content_type = self.response.headers.get("content-type", "")
+            if "text/event-stream" not in content_type:
+                return True
             wire = wire_of(self.request.method, self.request.uri)
-            if "text/event-stream" in content_type and is_complete(
-                wire, b"".join(self.parts), self.response.headers.get("content-encoding")
-            ):
+            if is_complete(wire, b"".join(self.parts), self.response.headers.get("content-encoding")):
                 self.finish()
+            return False
 
         def finish(self) -> None:
             if self.done:
@@ -111,8 +118,15 @@ def build(httpx: ModuleType):
             self._recording.finish()
 
         def close(self) -> None:
-            self._recording.close()
-            self._inner.close()
+            try:
+                if self._recording.close():
+                    for chunk in self._inner:
+                        self._recording.parts.append(chunk)
+                    self._recording.finish()
+            except Exception:  # noqa: BLE001 - a body that cannot be read on is not recorded
+                pass
+            finally:
+                self._inner.close()
 
     class _AsyncRecordingStream(httpx.AsyncByteStream):
         def __init__(self, inner, recording: _Recording) -> None:
@@ -125,15 +139,22 @@ def build(httpx: ModuleType):
             self._recording.finish()
 
         async def aclose(self) -> None:
-            self._recording.close()
-            await self._inner.aclose()
+            try:
+                if self._recording.close():
+                    async for chunk in self._inner:
+                        self._recording.parts.append(chunk)
+                    self._recording.finish()
+            except Exception:  # noqa: BLE001 - a body that cannot be read on is not recorded
+                pass
+            finally:
+                await self._inner.aclose()
 
     def _served(cassette: Cassette, request, body: bytes, stream_type: type):
         """The response a cassette gives (a recording, or a miss in replay mode), or None: ask the
         network and record."""
         digest = request_hash(request.method, str(request.url), body)
         if cassette.mode in ("replay", "record"):
-            index = cassette.index.take(digest)
+            index = cassette.index.take(digest, repeat=cassette.mode == "replay")
             if index is not None:
                 recorded = cassette.index.interactions[index].response
                 content_type = ", ".join(recorded.headers.get("content-type", recorded.headers.get("Content-Type", [])))
