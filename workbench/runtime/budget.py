@@ -1,0 +1,136 @@
+"""Budgets that refuse, never truncate: tokens per run, cost per call, cost per run.
+
+Every runtime run (`llm()`, an `Agent` run, or `budget_scope(...)`) keeps a ledger; runs nest, and a
+call is charged to every ledger around it, so a tool that calls `llm()` spends its agent's budget.
+Before each call the gateway reserves the call's worst case (estimated input + `max_tokens`, priced
+as the dearest input it could be billed as) in every ledger: it debits first, then checks, under a
+lock, so concurrent calls cannot both pass on the same remaining room. After the call the
+reservation is replaced by what the provider reported; a call that failed releases it (an HTTP
+error is not billed; an unsettled call is counted by capture, never estimated)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workbench.errors import WorkbenchError
+from workbench.money import format_exact
+
+
+class Budget(BaseModel):
+    """Limits; None is no limit. Costs are exact integer micro-minor units (1_000_000 = one cent),
+    like every `cost_micros` in the store."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokens_per_run: int | None = Field(default=None, gt=0)
+    cost_per_call_micros: int | None = Field(default=None, gt=0)
+    cost_per_run_micros: int | None = Field(default=None, gt=0)
+
+
+class Ledger:
+    """What one run has spent and holds reserved, against its budget."""
+
+    def __init__(self, budget: Budget | None, name: str) -> None:
+        self.budget = budget or Budget()
+        self.name = name
+        self.spent_tokens = 0
+        self.spent_micros = 0
+        self.reserved_tokens = 0
+        self.reserved_micros = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, tokens: int, micros: int, what: str) -> None:
+        budget = self.budget
+        if budget.cost_per_call_micros is not None and micros > budget.cost_per_call_micros:
+            raise WorkbenchError(
+                "WB_BUDGET_EXCEEDED",
+                f"{what} could cost up to {format_exact(micros)} (its worst case), over the cost per call "
+                f"budget of {format_exact(budget.cost_per_call_micros)} of run {self.name!r}",
+                "raise Budget(cost_per_call_micros=...), or lower max_tokens (the worst case is the "
+                "estimated input plus max_tokens)",
+            )
+        with self._lock:
+            self.reserved_tokens += tokens  # debit first, then check: concurrent calls see each other
+            self.reserved_micros += micros
+            scope = limit = used = None
+            if budget.tokens_per_run is not None and self.spent_tokens + self.reserved_tokens > budget.tokens_per_run:
+                scope, limit, used, need = "tokens per run", budget.tokens_per_run, self.spent_tokens, tokens
+                unit = lambda value: f"{value:,} tokens"  # noqa: E731
+            elif budget.cost_per_run_micros is not None and self.spent_micros + self.reserved_micros > budget.cost_per_run_micros:
+                scope, limit, used, need = "cost per run", budget.cost_per_run_micros, self.spent_micros, micros
+                unit = format_exact
+            if scope is not None:
+                held = (self.reserved_tokens if scope.startswith("tokens") else self.reserved_micros) - need
+                self.reserved_tokens -= tokens
+                self.reserved_micros -= micros
+        if scope is not None:
+            remaining = max(limit - used - held, 0)
+            raise WorkbenchError(
+                "WB_BUDGET_EXCEEDED",
+                f"{what} needs up to {unit(need)} (its worst case) but the {scope} budget of run "
+                f"{self.name!r} has {unit(remaining)} left of {unit(limit)} ({unit(used)} spent, "
+                f"{unit(held)} held by calls in flight)",
+                f"raise Budget({'tokens_per_run' if scope.startswith('tokens') else 'cost_per_run_micros'}=...), "
+                "or lower max_tokens (the worst case is the estimated input plus max_tokens)",
+            )
+
+    def settle(self, reserved_tokens: int, reserved_micros: int, tokens: int, micros: int) -> None:
+        with self._lock:
+            self.reserved_tokens -= reserved_tokens
+            self.reserved_micros -= reserved_micros
+            self.spent_tokens += tokens
+            self.spent_micros += micros
+
+
+_ledgers: ContextVar[tuple[Ledger, ...]] = ContextVar("workbench_ledgers", default=())
+
+
+@contextlib.contextmanager
+def budget_scope(budget: Budget | None, name: str = "budget") -> Iterator[Ledger]:
+    """Spend inside the block against `budget` (and against every scope around it)."""
+    ledger = Ledger(budget, name)
+    token = _ledgers.set((*_ledgers.get(), ledger))
+    try:
+        yield ledger
+    finally:
+        _ledgers.reset(token)
+
+
+@dataclass
+class Reservation:
+    ledgers: tuple[Ledger, ...]
+    tokens: int
+    micros: int
+    done: bool = False
+
+    def settle(self, tokens: int, micros: int) -> None:
+        if not self.done:
+            self.done = True
+            for ledger in self.ledgers:
+                ledger.settle(self.tokens, self.micros, tokens, micros)
+
+    def release(self) -> None:
+        self.settle(0, 0)
+
+
+def reserve(tokens: int, micros: int, what: str, extra: Budget | None = None) -> Reservation:
+    """Reserve a call's worst case in every ledger in scope (and check `extra`'s cost per call);
+    all or nothing."""
+    if extra is not None and extra.cost_per_call_micros is not None:
+        Ledger(Budget(cost_per_call_micros=extra.cost_per_call_micros), "gateway").reserve(0, micros, what)
+    taken: list[Ledger] = []
+    try:
+        for ledger in _ledgers.get():
+            ledger.reserve(tokens, micros, what)
+            taken.append(ledger)
+    except WorkbenchError:
+        for ledger in taken:
+            ledger.settle(tokens, micros, 0, 0)
+        raise
+    return Reservation(tuple(taken), tokens, micros)

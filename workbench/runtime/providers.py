@@ -1,0 +1,252 @@
+"""The two peer providers: OpenAI chat completions (any compatible server) and Anthropic Messages.
+
+A provider turns a `ModelRequest` into its wire body and sends it through capture's httpx2 client,
+so every call is recorded like anyone else's; the answer is read back with the same wire parser the
+recorder uses (`workbench.wire.parse_exchange`), never a second one."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+import os
+import weakref
+from urllib.parse import urlsplit
+
+import httpx2
+
+from workbench.capture import async_http_client
+from workbench.models import ModelRegistry
+from workbench.runtime.caching import mark_anthropic
+from workbench.runtime.messages import (
+    AssistantMessage, Completion, ModelRequest, ToolResults, ToolUse, UserMessage, stop_of,
+)
+from workbench.wire import Exchange, parse_exchange, priced
+from workbench.wire.call import Call
+
+
+def dumps(body: dict) -> bytes:
+    """The request bytes: compact and deterministic, so equal requests are equal bytes."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def estimate_tokens(body: bytes) -> int:
+    """A raw estimate: 4 bytes per token over the request body (later scaled by what the
+    provider reported for an earlier request of the same conversation)."""
+    return -(-len(body) // 4)
+
+
+class Provider:
+    """Base class: where to send, with which key, which models it serves (names or globs)."""
+
+    wire = "unknown"
+    path = ""
+    key_env = ""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        models: list[str] | tuple[str, ...] = (),
+        *,
+        name: str | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        timeout: float = 600.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get(self.key_env, "")
+        self.models = list(models)
+        self.name = name or urlsplit(self.base_url).hostname or self.wire
+        self.timeout = timeout
+        self.extra_headers = dict(headers or {})
+        self._transport = transport
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r}, models={self.models!r})"
+
+    def serves(self, model: str) -> bool:
+        return any(model == pattern or fnmatch.fnmatchcase(model, pattern) for pattern in self.models)
+
+    @property
+    def url(self) -> str:
+        return self.base_url + self.path
+
+    def headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def body(self, request: ModelRequest) -> dict:
+        raise NotImplementedError
+
+    def is_context_overflow(self, status: int, body: bytes) -> bool:
+        raise NotImplementedError
+
+    # -- HTTP: one capture client per event loop (the sync wrappers run each call on a fresh loop)
+    def _client(self) -> httpx2.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = async_http_client(transport=self._transport, timeout=self.timeout)
+            self._clients[loop] = client
+        return client
+
+    async def send(self, content: bytes) -> httpx2.Response:
+        client = self._client()
+        return await client.post(self.url, content=content, headers=self.headers())
+
+    async def release_loop(self) -> None:
+        """Close the client of the running loop (called by the sync wrappers before the loop ends)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None and self._transport is None:
+            await client.aclose()
+
+    def completion(self, content: bytes, response: httpx2.Response, registry: ModelRegistry, estimate: int) -> Completion:
+        exchange = Exchange(
+            method="POST", url=self.url, request_body=content, status=response.status_code,
+            response_headers=dict(response.headers), response_body=response.content,
+        )
+        call: Call = priced(parse_exchange(exchange, body_cap=1 << 30), registry)
+        tool_uses = [ToolUse(id=tool.id or f"call_{index}", name=tool.name, arguments=tool.arguments)
+                     for index, tool in enumerate(call.tool_calls)]
+        return Completion(
+            text=call.output_text, tool_uses=tool_uses,
+            stop=stop_of(call.stop_reason, call.refusal, bool(tool_uses)), stop_reason=call.stop_reason,
+            refusal=call.refusal, usage=call.usage, cost_micros=call.cost_micros,
+            model=call.model_served or call.model_requested or "", provider=self.name, call=call,
+            estimate=estimate,
+        )
+
+
+def _error_of(body: bytes) -> dict:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    error = data.get("error") if isinstance(data, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+class OpenAIProvider(Provider):
+    """OpenAI chat completions, or any server speaking it. `base_url` includes `/v1`, as in the
+    `openai` SDK. Nothing is cache-marked: OpenAI caches long prefixes by itself."""
+
+    wire = "openai.chat"
+    path = "/chat/completions"
+    key_env = "OPENAI_API_KEY"
+
+    def __init__(self, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
+                 models: list[str] | tuple[str, ...] = (), *, max_tokens_param: str = "max_completion_tokens",
+                 **options) -> None:
+        super().__init__(base_url, api_key, models, **options)
+        self.max_tokens_param = max_tokens_param
+
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}", "content-type": "application/json", **self.extra_headers}
+
+    def body(self, request: ModelRequest) -> dict:
+        messages: list[dict] = []
+        for text in (request.system, request.system_dynamic):
+            if text:
+                messages.append({"role": "system", "content": text})
+        for message in request.messages:
+            if isinstance(message, UserMessage):
+                parts = [part for part in message.parts if part]
+                content = parts[0] if len(parts) == 1 else [{"type": "text", "text": part} for part in parts]
+                messages.append({"role": "user", "content": content})
+            elif isinstance(message, AssistantMessage):
+                entry: dict = {"role": "assistant", "content": message.text or (None if message.tool_uses else "")}
+                if message.tool_uses:
+                    entry["tool_calls"] = [
+                        {"id": use.id, "type": "function", "function": {"name": use.name, "arguments": use.arguments}}
+                        for use in message.tool_uses
+                    ]
+                messages.append(entry)
+            elif isinstance(message, ToolResults):
+                for result in message.results:
+                    content = f"Error: {result.content}" if result.is_error else result.content
+                    messages.append({"role": "tool", "tool_call_id": result.call_id, "content": content})
+        body: dict = {"model": request.model, "messages": messages, self.max_tokens_param: request.max_tokens}
+        if request.tools:
+            body["tools"] = [
+                {"type": "function", "function": {"name": tool.name, "description": tool.description,
+                                                  "parameters": tool.schema}}
+                for tool in request.tools
+            ]
+            if request.tool_choice == "any":
+                body["tool_choice"] = "required"
+            elif request.tool_choice:
+                body["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice}}
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        return body
+
+    def is_context_overflow(self, status: int, body: bytes) -> bool:
+        if status not in (400, 413):
+            return False
+        error = _error_of(body)
+        message = str(error.get("message") or "").lower()
+        return error.get("code") == "context_length_exceeded" or "maximum context length" in message or (
+            "context window" in message and "exceed" in message
+        )
+
+
+class AnthropicProvider(Provider):
+    """Anthropic Messages. `base_url` excludes `/v1`, as in the `anthropic` SDK. With caching on,
+    the stable system block and the tail are cache-marked (see `workbench.runtime.caching`)."""
+
+    wire = "anthropic.messages"
+    path = "/v1/messages"
+    key_env = "ANTHROPIC_API_KEY"
+    version = "2023-06-01"
+
+    def __init__(self, base_url: str = "https://api.anthropic.com", api_key: str | None = None,
+                 models: list[str] | tuple[str, ...] = (), **options) -> None:
+        super().__init__(base_url, api_key, models, **options)
+
+    def headers(self) -> dict[str, str]:
+        return {"x-api-key": self.api_key, "anthropic-version": self.version, "content-type": "application/json",
+                **self.extra_headers}
+
+    def body(self, request: ModelRequest) -> dict:
+        system = [{"type": "text", "text": text} for text in (request.system, request.system_dynamic) if text]
+        messages: list[dict] = []
+        for message in request.messages:
+            if isinstance(message, UserMessage):
+                blocks = [{"type": "text", "text": part} for part in message.parts if part]
+                messages.append({"role": "user", "content": blocks})
+            elif isinstance(message, AssistantMessage):
+                blocks = [{"type": "text", "text": message.text}] if message.text else []
+                blocks += [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.args()}
+                           for use in message.tool_uses]
+                messages.append({"role": "assistant", "content": blocks})
+            elif isinstance(message, ToolResults):
+                blocks = []
+                for result in message.results:
+                    block = {"type": "tool_result", "tool_use_id": result.call_id, "content": result.content}
+                    if result.is_error:
+                        block["is_error"] = True
+                    blocks.append(block)
+                messages.append({"role": "user", "content": blocks})
+        body: dict = {"model": request.model, "max_tokens": request.max_tokens}
+        if system:
+            body["system"] = system
+        body["messages"] = messages
+        if request.tools:
+            body["tools"] = [{"name": tool.name, "description": tool.description, "input_schema": tool.schema}
+                             for tool in request.tools]
+            if request.tool_choice == "any":
+                body["tool_choice"] = {"type": "any"}
+            elif request.tool_choice:
+                body["tool_choice"] = {"type": "tool", "name": request.tool_choice}
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.cache:
+            mark_anthropic(body, stable_system=bool(request.system))
+        return body
+
+    def is_context_overflow(self, status: int, body: bytes) -> bool:
+        if status == 413:
+            return True
+        message = str(_error_of(body).get("message") or "").lower()
+        return status == 400 and ("prompt is too long" in message or "context window" in message)
