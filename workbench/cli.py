@@ -147,7 +147,7 @@ def dashboard(
         env["WORKBENCH_DB"] = str(db.resolve())
     command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.port", str(port),
                "--server.headless", str(not open_browser).lower(), "--browser.gatherUsageStats", "false",
-               "--server.fileWatcherType", "none"]
+               "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"]
     if os.name == "posix":  # become the server: signals (Ctrl-C, a supervisor's TERM) reach it directly
         os.execve(sys.executable, command, env)
     try:
@@ -264,9 +264,9 @@ def check_command(
 
     problems = check_project(evals, lock, cassettes)
     for problem in problems:
-        console.print(f"[red]✗[/] {problem.code}: {problem.cause}\n  fix: {problem.fix}")
+        err_console.print(f"[red]✗[/] [bold]{problem.code}[/]: {problem.cause}\n  [bold]fix:[/] {problem.fix}")
     if problems:
-        raise problems[0]
+        raise typer.Exit(max(problem.exit_code for problem in problems))
     console.print("[green]✓[/] prompts, baselines and cassettes are consistent")
 
 
@@ -287,7 +287,9 @@ def prompts_lock(
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except WorkbenchError as exc:
         err_console.print(f"[bold red]{exc.code}[/]: {exc.cause}\n[bold]fix:[/] {exc.fix}")
         sys.exit(exc.exit_code)

@@ -15,7 +15,9 @@ from workbench.replay.check import check as check_cassettes
 def check_project(evals_dir: Path, lock_path: Path, cassettes_dir: Path) -> list[WorkbenchError]:
     problems: list[WorkbenchError] = []
     suites = load_suites([evals_dir]) if evals_dir.exists() else {}
-    named_ids = {suite.prompt.id for suite in suites.values()}
+    named_ids = {suite.prompt.id for suite in suites.values()} | {
+        scorer.prompt.id for suite in suites.values() for scorer in suite.scorers if scorer.prompt is not None
+    }
     for prompt in prompts.all():
         if prompt.id not in named_ids:
             problems.append(WorkbenchError(

@@ -11,7 +11,7 @@ from workbench.config import RecordMode
 from workbench.errors import WorkbenchError
 from workbench.evaluate.baseline import Baseline, PromptRef, Verdict, judge, read_baseline, write_baseline
 from workbench.evaluate.baseline import CaseBaseline
-from workbench.evaluate.runner import EvalRun, run_suite, store_eval_run
+from workbench.evaluate.runner import EvalRun, Network, run_suite, store_eval_run
 from workbench.evaluate.suite import Suite
 
 RECORD_ENV = "WORKBENCH_EVAL_RECORD"
@@ -40,6 +40,7 @@ def evaluate(
     record_baseline: bool = False,
     max_cost_increase: float | None = None,
     progress=None,
+    network: Network | None = None,
 ) -> Outcome:
     if not record_baseline and recording_requested():
         raise WorkbenchError(
@@ -48,7 +49,7 @@ def evaluate(
             f"unset {RECORD_ENV} to gate, or run `workbench eval {suite.name} --record-baseline` to record",
         )
     baseline = None if record_baseline else read_baseline(suite.baseline_path, suite.name)
-    eval_run = asyncio.run(run_suite(suite, mode, prompt_version, progress))
+    eval_run = asyncio.run(run_suite(suite, mode, prompt_version, progress, network))
     if record_baseline:
         write_baseline(suite.baseline_path, baseline_of(eval_run))
         store_eval_run(eval_run, "recorded")

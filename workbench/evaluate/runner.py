@@ -10,6 +10,7 @@ import inspect
 import json
 import subprocess
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -32,6 +33,20 @@ CASE_FAILURES = {
 }
 
 
+@dataclass(frozen=True)
+class Network:
+    """Where calls go that a cassette does not answer: the real network by default; the demo and
+    the example suites' recorder put the in-process fake provider here."""
+
+    sync: Callable[[], httpx2.BaseTransport] = httpx2.HTTPTransport
+    async_: Callable[[], httpx2.AsyncBaseTransport] = httpx2.AsyncHTTPTransport
+
+    def transport(self, cassette: Cassette | None) -> httpx2.AsyncBaseTransport:
+        """An async transport for the runtime's providers, through the cassette when there is one."""
+        inner = self.async_()
+        return inner if cassette is None else AsyncReplayTransport(cassette, inner)
+
+
 @dataclass
 class EvalContext:
     """What a suite's target gets besides the case's vars: clients bound to the suite's cassette."""
@@ -40,18 +55,19 @@ class EvalContext:
     prompt: Prompt
     case: Case
     cassette: Cassette | None
+    network: Network = field(default_factory=Network)
 
     def http_client(self, **kwargs) -> httpx2.Client:
-        return http_client(self.cassette, **kwargs)
+        """An httpx2 client for the `openai` / `anthropic` SDKs: recorded, replayed from the cassette."""
+        return http_client(self.cassette, transport=self.network.sync(), **kwargs)
 
     def async_http_client(self, **kwargs) -> httpx2.AsyncClient:
-        return async_http_client(self.cassette, **kwargs)
+        return async_http_client(self.cassette, transport=self.network.async_(), **kwargs)
 
     @property
     def transport(self) -> httpx2.AsyncBaseTransport:
         """An async transport for the runtime's providers (`OpenAIProvider(..., transport=...)`)."""
-        inner = httpx2.AsyncHTTPTransport()
-        return inner if self.cassette is None else AsyncReplayTransport(self.cassette, inner)
+        return self.network.transport(self.cassette)
 
 
 @dataclass
@@ -65,8 +81,9 @@ class CaseResult:
 
     @property
     def score(self) -> float:
+        """The mean of the gated scores, to 6 places: the precision baselines keep."""
         gated = [score.value for score in self.scores.values() if score.value is not None]
-        return sum(gated) / len(gated) if gated else 0.0
+        return round(sum(gated) / len(gated), 6) if gated else 0.0
 
 
 @dataclass
@@ -83,7 +100,7 @@ class EvalRun:
 
     @property
     def mean(self) -> float:
-        return sum(result.score for result in self.results) / len(self.results) if self.results else 0.0
+        return round(sum(result.score for result in self.results) / len(self.results), 6) if self.results else 0.0
 
     @property
     def cost_micros(self) -> int | None:
@@ -122,8 +139,8 @@ class _Judge:
     """Runs a judge prompt in a run of its own (kind `judge`), outside the case's run, so the
     judge is billed apart from the application, against the suite's judge cassette."""
 
-    def __init__(self, suite: Suite, cassette: Cassette | None, eval_run: EvalRun, loop: asyncio.AbstractEventLoop):
-        self.suite, self.cassette, self.eval_run, self.loop = suite, cassette, eval_run, loop
+    def __init__(self, suite: Suite, cassette: Cassette | None, eval_run: EvalRun, network: Network):
+        self.suite, self.cassette, self.eval_run, self.network = suite, cassette, eval_run, network
 
     def __call__(self, judge_prompt: Prompt, variables: dict, case_id: str):
         def judged():
@@ -132,20 +149,19 @@ class _Judge:
                 if callable(self.suite.judge) and not isinstance(self.suite.judge, str):
                     reply = self.suite.judge(judge_prompt, variables, self)
                 else:
-                    reply = _runtime_answer(self.suite, judge_prompt, variables, self.cassette, model=self.suite.judge)
+                    reply = _runtime_answer(self.suite, judge_prompt, variables, self.network.transport(self.cassette),
+                                            model=self.suite.judge)
             self.eval_run.judge_cost_micros += judge_run.billed.cost_micros
             return reply
 
         return contextvars.Context().run(judged)  # a fresh context: not inside the case's run
 
 
-def _runtime_answer(suite: Suite, prompt: Prompt, variables: dict, cassette: Cassette | None, model: str | None = None):
-    """The prompt through Workbench's runtime, with providers from `suite.target_providers`."""
+def _runtime_answer(suite: Suite, prompt: Prompt, variables: dict, transport, model: str | None = None):
+    """The prompt through Workbench's runtime, its providers on `transport`."""
     from workbench.runtime.gateway import Gateway
     from workbench.runtime.llm import llm
 
-    inner = httpx2.AsyncHTTPTransport()
-    transport = inner if cassette is None else AsyncReplayTransport(cassette, inner)
     gateway = Gateway(suite_providers(suite, transport), default_model=prompt.model)
     return llm(gateway, prompt, variables, output=prompt.output_type, model=model)
 
@@ -164,7 +180,10 @@ def suite_providers(suite: Suite, transport) -> list:
     ]
 
 
-async def run_suite(suite: Suite, mode: RecordMode | None = None, prompt_version: str | None = None, progress=None) -> EvalRun:
+async def run_suite(
+    suite: Suite, mode: RecordMode | None = None, prompt_version: str | None = None, progress=None,
+    network: Network | None = None,
+) -> EvalRun:
     mode = mode or settings().record_mode
     prompt = suite.prompt if prompt_version is None else prompts.get(suite.prompt.id, prompt_version)
     cassette = None if mode == "live" else Cassette(suite.cassette_path, mode)
@@ -173,12 +192,13 @@ async def run_suite(suite: Suite, mode: RecordMode | None = None, prompt_version
         judge_cassette = Cassette(suite.judge_cassette_path, mode)
     eval_run = EvalRun(uuid.uuid4().hex, suite, prompt, mode, git_commit=git_commit(),
                        started_at=datetime.now(timezone.utc))
-    judge = _Judge(suite, judge_cassette, eval_run, asyncio.get_running_loop()) if suite.judge is not None else None
+    network = network or Network()
+    judge = _Judge(suite, judge_cassette, eval_run, network) if suite.judge is not None else None
     limit = asyncio.Semaphore(max(1, suite.concurrency))
 
     async def one(case: Case) -> CaseResult:
         async with limit:
-            result = await _run_case(suite, prompt, case, cassette, judge)
+            result = await _run_case(suite, prompt, case, cassette, judge, network)
             if progress is not None:
                 progress()
             return result
@@ -200,15 +220,17 @@ async def run_suite(suite: Suite, mode: RecordMode | None = None, prompt_version
     return eval_run
 
 
-async def _run_case(suite: Suite, prompt: Prompt, case: Case, cassette: Cassette | None, judge) -> CaseResult:
-    context = EvalContext(suite, prompt, case, cassette)
+async def _run_case(
+    suite: Suite, prompt: Prompt, case: Case, cassette: Cassette | None, judge, network: Network
+) -> CaseResult:
+    context = EvalContext(suite, prompt, case, cassette, network)
     error = None
     with run(f"eval:{suite.name}:{case.id}", kind="eval_case", prompt=prompt.ref, suite=suite.name, case=case.id) as case_run:
         try:
             if suite.target is not None:
                 output = await _call(suite.target, case.vars, context)
             else:
-                output = await _call(_runtime_answer, suite, prompt, case.vars, cassette)
+                output = await _call(_runtime_answer, suite, prompt, case.vars, context.transport)
         except WorkbenchError as exc:
             if exc.code not in CASE_FAILURES:
                 raise

@@ -54,9 +54,10 @@ def _as_data(output: Any) -> Any:
 class Scorer:
     """A named scoring function over a `ScoreContext`."""
 
-    def __init__(self, name: str, function: Callable[[ScoreContext], Any]) -> None:
+    def __init__(self, name: str, function: Callable[[ScoreContext], Any], prompt=None) -> None:
         self.name = name
         self.function = function
+        self.prompt = prompt  # a judge's own prompt: named by the suite, checked like any other
 
     def __call__(self, context: ScoreContext) -> Score:
         return to_score(self.function(context), self.name)
@@ -204,7 +205,7 @@ def llm_judge(judge_prompt) -> Scorer:
         }, context.case_id)
         return _judge_score(reply, name)
 
-    return Scorer(name, score)
+    return Scorer(name, score, prompt=judge_prompt)
 
 
 def _judge_score(reply: Any, name: str) -> Score:
