@@ -285,6 +285,20 @@ def prompts_lock(
     console.print(f"{lock}: added {', '.join(added) if added else 'nothing'}")
 
 
+@app.command("demo")
+def demo_command(
+    seed: Annotated[int, typer.Option(help="the same seed gives the same figures")] = 7,
+    db: Annotated[Path | None, typer.Option(help="the store to fill (default: the db setting)")] = None,
+) -> None:
+    """Run a realistic workload against an embedded fake provider (no key, no network), gate the
+    example suites, and summarize what the store now holds."""
+    from workbench.config import load_settings
+    from workbench.demo.run import print_summary, run_demo
+
+    summary = run_demo(seed, db, err_console)
+    print_summary(summary, db or load_settings().db, console)
+
+
 def main() -> None:
     try:
         code = app(standalone_mode=False)

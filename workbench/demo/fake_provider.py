@@ -323,6 +323,11 @@ class FakeProvider:
             self._openai_cache: set[str] = set()
             self._seq = itertools.count(1)
 
+    def clear_script(self) -> None:
+        """Drop the scripted replies not served yet (the caches and recorded requests stay)."""
+        with self._lock:
+            self._queue.clear()
+
     def script(self, *replies: Reply | str) -> FakeProvider:
         """Enqueue replies (a bare string is ``Reply(text=...)``), served FIFO on every path."""
         with self._lock:
