@@ -32,6 +32,10 @@ eval_app = typer.Typer(cls=_EvalGroup, help="Run eval suites and gate on drops f
 app.add_typer(eval_app, name="eval")
 prompts_app = typer.Typer(no_args_is_help=True, help="Versioned prompts and their lock file.")
 app.add_typer(prompts_app, name="prompts")
+report_app = typer.Typer(no_args_is_help=True, help="Cost, cache, compaction, failure and eval reports from the store.")
+app.add_typer(report_app, name="report")
+runs_app = typer.Typer(no_args_is_help=True, help="Captured runs: list them, show one.")
+app.add_typer(runs_app, name="runs")
 
 # wide enough for the tables when output goes to a pipe or a CI log
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -253,6 +257,33 @@ def eval_compare(
     )
 
 
+@eval_app.command("cases-from-runs")
+def eval_cases_from_runs(
+    prompt: Annotated[str, typer.Option("--prompt", help="the prompt id whose captured runs become cases")],
+    since: Annotated[str | None, typer.Option(help="only runs started on or after this date (YYYY-MM-DD) or time")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="the latest N runs at most")] = None,
+    out: Annotated[Path | None, typer.Option(help="the JSONL file to write (default: stdout)")] = None,
+) -> None:
+    """Write JSONL eval cases from captured runs of a prompt (their variables and outputs), so
+    production traffic becomes an eval set: load it with define_eval(..., cases="FILE")."""
+    from datetime import datetime
+
+    from workbench.evaluate.dataset import cases_from_runs, write_cases
+
+    when = None
+    if since is not None:
+        try:
+            when = datetime.fromisoformat(since)
+        except ValueError:
+            raise WorkbenchError("WB_CONFIG_INVALID", f"--since {since!r} is not a date or an ISO time",
+                                 "pass --since 2026-01-31 or --since 2026-01-31T12:00:00+00:00") from None
+        when = when.date() if len(since) == 10 else when
+    cases = cases_from_runs(prompt, when, limit)
+    write_cases(cases, out)
+    if out is not None:
+        err_console.print(f"wrote {len(cases)} cases of prompt {prompt} to {out}")
+
+
 @app.command("check")
 def check_command(
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
@@ -297,6 +328,186 @@ def demo_command(
 
     summary = run_demo(seed, db, err_console)
     print_summary(summary, db or load_settings().db, console)
+
+
+# --- reports ------------------------------------------------------------------------------------
+
+DbOption = Annotated[Path | None, typer.Option(help="the store (default: the db setting)")]
+SinceOption = Annotated[str | None, typer.Option(help="only from this day on (YYYY-MM-DD)")]
+FormatOption = Annotated[str, typer.Option("--format", help="table, csv or json")]
+
+
+def _read(db: Path | None, query):
+    """Run `query(con)` on the store: pending spools ingested first, read-only, closed after."""
+    from workbench.config import settings
+    from workbench.store import queries
+
+    path = db or settings().db
+    try:
+        return queries.read(path, settings().resolved_spool_dir if db is None else path.parent / "spool", query)
+    except queries.StoreMissing:
+        raise WorkbenchError(
+            "WB_STORE_INVALID", f"there is no store at {path} yet",
+            "record something first: `workbench demo`, or run your app with workbench.http_client()",
+        ) from None
+
+
+def _filters(since: str | None):
+    from datetime import date
+
+    from workbench.store.queries import Filters
+
+    try:
+        return Filters(date_from=date.fromisoformat(since) if since else None)
+    except ValueError:
+        raise WorkbenchError("WB_CONFIG_INVALID", f"--since {since!r} is not a date", "use --since 2026-01-31") from None
+
+
+def _emit(frame, fmt: str, title: str) -> None:
+    """A frame as a table (money in currency), CSV or JSON (money as exact integer micros)."""
+    if fmt == "csv":
+        print(frame.write_csv(), end="")
+        return
+    if fmt == "json":
+        print(json.dumps(frame.to_dicts(), indent=2, default=str))
+        return
+    if fmt != "table":
+        raise WorkbenchError("WB_CONFIG_INVALID", f"--format {fmt!r}", "use table, csv or json")
+    import polars as pl
+
+    table = Table(title=title)
+    for name in frame.columns:
+        table.add_column(name.removesuffix("_micros"), justify="left" if frame[name].dtype == pl.Utf8 else "right")
+    for row in frame.iter_rows(named=True):
+        table.add_row(*[
+            _money(value) if name.endswith("_micros") and value is not None else ("" if value is None else str(value))
+            for name, value in row.items()
+        ])
+    console.print(table if frame.height else f"{title}: nothing recorded")
+
+
+@report_app.command("cost")
+def report_cost(
+    by: Annotated[str, typer.Option(help="model, prompt or day")] = "model",
+    since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
+) -> None:
+    """Spend by model, prompt version or day; unpriced calls are counted, never shown as free."""
+    from workbench.store import queries
+
+    keys = {"model": ("provider", "model"), "prompt": ("prompt_id", "prompt_version"), "day": ("day",)}
+    if by not in keys:
+        raise WorkbenchError("WB_CONFIG_INVALID", f"--by {by!r}", "use --by model, prompt or day")
+    columns = ("calls", "unsettled", "unpriced_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens",
+               "output_tokens", "cost_micros")
+    frame = _read(db, lambda con: queries.rollup(queries.spend_cube(con, _filters(since)), keys[by], columns))
+    frame = frame.select(*keys[by], *columns).sort("cost_micros", descending=True, nulls_last=True)
+    _emit(frame, fmt, f"cost by {by}")
+
+
+@report_app.command("cache")
+def report_cache(
+    by: Annotated[str, typer.Option(help="model or prompt")] = "model",
+    since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
+) -> None:
+    """Prompt-cache reads, hit rate and the money they saved net of the write premium."""
+    from workbench.store import queries
+
+    keys = {"model": ("model",), "prompt": ("prompt_id", "prompt_version")}
+    if by not in keys:
+        raise WorkbenchError("WB_CONFIG_INVALID", f"--by {by!r}", "use --by model or prompt")
+    _emit(_read(db, lambda con: queries.cache_savings(con, _filters(since), keys[by])), fmt, f"prompt cache by {by}")
+
+
+@report_app.command("compactions")
+def report_compactions(since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None) -> None:
+    """Context compactions: tokens before and after, turns summarised and kept, summary cost."""
+    from workbench.store import queries
+
+    _emit(_read(db, lambda con: queries.compaction_events(con, _filters(since))), fmt, "compactions")
+
+
+@report_app.command("failures")
+def report_failures(
+    by: Annotated[str, typer.Option(help="error_code or prompt")] = "error_code",
+    since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
+) -> None:
+    """Failed runs and what they were billed, by error code or by prompt."""
+    from workbench.store import queries
+
+    if by not in ("error_code", "prompt"):
+        raise WorkbenchError("WB_CONFIG_INVALID", f"--by {by!r}", "use --by error_code or prompt")
+    _emit(_read(db, lambda con: queries.failures_by(con, _filters(since), by)), fmt, f"failed runs by {by}")
+
+
+@report_app.command("evals")
+def report_evals(since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None) -> None:
+    """Eval runs: suite, prompt version, mean score against the baseline, verdict, cost."""
+    from workbench.store import queries
+
+    columns = ("suite", "prompt_id", "prompt_version", "mode", "mean_score", "baseline_mean", "verdict", "cases",
+               "cost_micros", "started_at")
+    _emit(_read(db, lambda con: queries.eval_history(con, _filters(since)).select(columns)), fmt, "eval runs")
+
+
+@runs_app.command("list")
+def runs_list(
+    limit: Annotated[int, typer.Option(help="how many, latest first")] = 30,
+    since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
+) -> None:
+    """The latest top-level runs with their status, calls and bill."""
+    from workbench.store import queries
+
+    _emit(_read(db, lambda con: queries.run_choices(con, _filters(since), limit)), fmt, "runs")
+
+
+@runs_app.command("show")
+def runs_show(run_id: Annotated[str, typer.Argument(help="a run id (see `workbench runs list`)")],
+              db: DbOption = None) -> None:
+    """One run: its bill, its calls with usage and cost, and the transcript."""
+    from workbench.store import queries
+
+    run, calls = _read(db, lambda con: (queries.run_detail(con, run_id), queries.run_calls(con, run_id)))
+    if run.is_empty():
+        raise WorkbenchError("WB_RUN_NOT_FOUND", f"no run {run_id!r} in the store", "list runs: workbench runs list")
+    row = run.row(0, named=True)
+    console.print(f"[bold]{row['name']}[/] ({row['kind']}) {row['status']}"
+                  + (f" — {row['error_code'] or row['error_type']}: {row['error_message']}" if row["status"] == "failed" else ""))
+    console.print(f"billed {_money(row['billed_cost_micros'])} over {row['billed_calls'] or 0} calls, "
+                  f"{row['billed_unsettled'] or 0} unsettled; tags {row['tags']}")
+    _emit(calls.select("started_at", "model", "http_status", "stop_reason", "input_tokens", "cache_read_tokens",
+                       "cache_write_tokens", "output_tokens", "cost_micros", "error_type"), "table", "calls")
+    for index, call in enumerate(calls.iter_rows(named=True)):
+        console.rule(f"call {index + 1}: {call['model']}")
+        console.print(_transcript(call["request_json"]), markup=False)
+        if call["output_text"]:
+            console.print(f"assistant: {call['output_text']}", markup=False)
+        if call["tool_calls"]:
+            console.print(f"tool calls: {call['tool_calls']}", markup=False)
+
+
+def _transcript(request_json: str | None) -> str:
+    """The messages of a request body, one line each (any wire)."""
+    try:
+        body = json.loads(request_json or "")
+    except ValueError:
+        return request_json or ""
+    lines = []
+    system = body.get("system") or body.get("instructions")
+    if system:
+        text = system if isinstance(system, str) else " ".join(part.get("text", "") for part in system if isinstance(part, dict))
+        lines.append(f"system: {text[:300]}")
+    messages = body.get("messages") or body.get("input") or []
+    for message in [{"role": "user", "content": messages}] if isinstance(messages, str) else messages:
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(
+                part.get("text") or json.dumps(part.get("input") or part.get("content") or "", default=str)
+                for part in content if isinstance(part, dict)
+            )
+        lines.append(f"{message.get('role', '?')}: {str(content)[:500]}")
+    return "\n".join(lines)
 
 
 def main() -> None:

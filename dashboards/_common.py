@@ -1,0 +1,304 @@
+"""What every page shares: where the store is, the filters (kept in the URL so a view can be
+shared), cached reads that never hold the store open, and money and table formatting.
+
+Money stays integer micro-minor units until it is shown: `money()` rounds a total up to the minor
+unit once (`workbench.money`), charts divide to major units only to draw an axis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+
+import altair as alt
+import polars as pl
+import streamlit as st
+
+from workbench.config import load_settings
+from workbench.errors import WorkbenchError
+from workbench.money import MICROS_PER_MINOR, format_exact, format_micros
+from workbench.store import queries as q
+
+# file, title, icon: the navigation, in order
+PAGES = [
+    ("overview.py", "Overview", ":material/monitoring:"),
+    ("prompt_cache.py", "Prompt cache", ":material/cached:"),
+    ("compaction.py", "Compaction", ":material/compress:"),
+    ("failures.py", "Failures", ":material/error:"),
+    ("evals.py", "Evals", ":material/checklist:"),
+    ("run_explorer.py", "Run explorer", ":material/account_tree:"),
+]
+TTL_S = 5  # a refresh shows new data within this many seconds
+_LIST_PARAMS = {"provider": "providers", "model": "models", "prompt": "prompt_ids", "version": "prompt_versions",
+                "run": "run_names", "tag": "tags"}
+_LABELS = {"providers": "Provider", "models": "Model", "prompt_ids": "Prompt", "prompt_versions": "Prompt version",
+           "run_names": "Run name", "tags": "Tags (key=value, all must match)"}
+_SOURCES = {"all": "Live and replayed", "live": "Live only", "replayed": "Replayed only"}
+_ZERO_DIGITS = {"JPY", "KRW"}
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+def store_paths() -> tuple[str, str]:
+    """The store and spool folder: WORKBENCH_DB (set by `workbench dashboard --db`), else settings."""
+    settings = load_settings()
+    return str(Path(settings.db).resolve()), str(Path(settings.resolved_spool_dir).resolve())
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=32)
+def _options(db: str, spool: str) -> tuple[dict, dict]:
+    def work(con):
+        return q.filter_options(con), q.store_counts(con).row(0, named=True)
+
+    return q.read(db, spool, work)
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=128)
+def _page(page: str, db: str, spool: str, filters: q.Filters, extra: tuple) -> dict[str, pl.DataFrame]:
+    return q.read(db, spool, lambda con: q.PAGES[page](con, filters, **dict(extra)))
+
+
+@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=64)
+def _named(name: str, db: str, spool: str, args: tuple) -> pl.DataFrame:
+    return q.read(db, spool, lambda con: getattr(q, name)(con, *args))
+
+
+def _guard(fn: Callable):
+    """Run a read; turn a missing store or an unreadable one into guidance, not a traceback."""
+    db, _ = store_paths()
+    try:
+        return fn()
+    except q.StoreMissing:
+        empty_store(db, missing=True)
+    except WorkbenchError as exc:
+        st.error(f"**{exc.code}**: {exc.cause}\n\n**Fix:** {exc.fix}")
+        if exc.code == "WB_STORE_LOCKED":
+            st.button("Retry", key=f"retry-{exc.code}")
+        st.stop()
+
+
+def empty_store(db: str, missing: bool = False) -> None:
+    what = f"There is no store at `{db}` yet." if missing else f"The store at `{db}` holds no calls or runs yet."
+    st.info(
+        f"{what}\n\nFill it with the offline demo:\n\n```\nworkbench demo\n```\n\nor record your own app: "
+        "wrap its calls in `with workbench.run(\"name\"):` and they appear here on refresh. To look at "
+        "another store: `workbench dashboard --db PATH`."
+    )
+    st.stop()
+
+
+def load_page(page: str, filters: q.Filters, **extra) -> dict[str, pl.DataFrame]:
+    db, spool = store_paths()
+    return _guard(lambda: _page(page, db, spool, filters, tuple(sorted(extra.items()))))
+
+
+def load(name: str, *args) -> pl.DataFrame:
+    """One named query of `workbench.store.queries` that takes (con, *args)."""
+    db, spool = store_paths()
+    return _guard(lambda: _named(name, db, spool, args))
+
+
+# -- the filters, in the URL ---------------------------------------------------------------------
+
+
+def _parse_day(text: str | None) -> date | None:
+    try:
+        return date.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def filters_from_params(params: dict[str, list[str]]) -> q.Filters:
+    """`?from=2024-05-01&to=...&provider=a&provider=b&...&source=live` → Filters."""
+    first = {key: (values[0] if values else None) for key, values in params.items()}
+    source = first.get("source") or "all"
+    return q.Filters(
+        date_from=_parse_day(first.get("from")), date_to=_parse_day(first.get("to")),
+        source=source if source in _SOURCES else "all",
+        **{field: tuple(v for v in params.get(param, []) if v) for param, field in _LIST_PARAMS.items()},
+    )
+
+
+def params_of(filters: q.Filters) -> dict[str, list[str] | str]:
+    out: dict[str, list[str] | str] = {}
+    if filters.date_from:
+        out["from"] = filters.date_from.isoformat()
+    if filters.date_to:
+        out["to"] = filters.date_to.isoformat()
+    for param, field in _LIST_PARAMS.items():
+        if getattr(filters, field):
+            out[param] = list(getattr(filters, field))
+    if filters.source != "all":
+        out["source"] = filters.source
+    return out
+
+
+def _url_filters() -> q.Filters:
+    return filters_from_params({key: st.query_params.get_all(key) for key in st.query_params.keys()})
+
+
+def page_header(title: str, caption: str) -> q.Filters:
+    """The page title, the sidebar (navigation and filters) and the filters chosen, written back to
+    the URL. Stops the page with guidance when the store is missing or empty."""
+    st.title(title)
+    st.caption(caption)
+    db, spool = store_paths()
+    nav = st.sidebar.container()
+    options, counts = _guard(lambda: _options(db, spool))
+    current = _url_filters()
+    side = st.sidebar
+    side.subheader("Filters")
+    first, last = options.get("first_day"), options.get("last_day")
+    picked = side.date_input(
+        "Dates (UTC)", value=tuple(d for d in (current.date_from, current.date_to) if d), min_value=None,
+        help=f"The store spans {first} to {last}." if first else None,
+    )
+    picked = tuple(picked) if isinstance(picked, (tuple, list)) else (picked,)
+    chosen = {}
+    for field, label in _LABELS.items():
+        values = list(getattr(current, field))
+        choices = sorted(set(options.get(field, [])) | set(values))
+        chosen[field] = tuple(side.multiselect(label, choices, default=values, placeholder="all"))
+    source = side.radio("Calls", list(_SOURCES), format_func=_SOURCES.get, index=list(_SOURCES).index(current.source),
+                        horizontal=False)
+    filters = q.Filters(date_from=picked[0] if picked else None,
+                        date_to=picked[1] if len(picked) > 1 else (picked[0] if picked else None),
+                        source=source, **chosen)
+    keep = {key: st.query_params.get_all(key) for key in ("run_id", "eval_run_id") if key in st.query_params}
+    wanted = {**params_of(filters), **{key: values[0] for key, values in keep.items() if values}}
+    if {key: st.query_params.get_all(key) for key in st.query_params.keys()} != {
+        key: value if isinstance(value, list) else [value] for key, value in wanted.items()
+    }:
+        st.query_params.from_dict(wanted)
+    with nav:
+        for path, label, icon in PAGES:
+            st.page_link(path, label=label, icon=icon, query_params=params_of(filters) or None)
+        st.caption(f"Store: `{db}` · refreshes every {TTL_S}s")
+    if not counts["calls"] and not counts["runs"]:
+        empty_store(db)
+    return filters
+
+
+# -- money and tables ----------------------------------------------------------------------------
+
+
+def money(micros: int | None, currency: str | None = "USD", unpriced: int = 0) -> str:
+    """A total, rounded up to the minor unit once; unpriced calls are named, never counted as free."""
+    if micros is None:
+        return f"unpriced ({unpriced:,} calls)" if unpriced else "–"
+    text = format_micros(micros, currency or "USD")
+    return f"{text} + {unpriced:,} unpriced" if unpriced else text
+
+
+def exact(micros: int | None, currency: str | None = "USD") -> str:
+    return format_exact(micros, currency or "USD")
+
+
+def money_by_currency(frame: pl.DataFrame, column: str = "cost_micros") -> str:
+    """Totals per currency, joined: a sum never mixes currencies."""
+    if frame.is_empty():
+        return format_micros(0)
+    return " + ".join(format_micros(row[column] or 0, row.get("currency") or "USD") for row in frame.iter_rows(named=True))
+
+
+def major_units(micros: pl.Expr, currency: str | None = "USD") -> pl.Expr:
+    """For a chart axis only: micro-minor units to major units (a float, drawn, never summed)."""
+    digits = 0 if (currency or "USD") in _ZERO_DIGITS else 2
+    return micros.cast(pl.Float64) / float(MICROS_PER_MINOR * 10**digits)
+
+
+def compact(count: int | None) -> str:
+    """12,400,000 → 12.4M: for a metric tile; the exact figure goes in its help or a table."""
+    value = count or 0
+    for size, suffix in ((10**9, "B"), (10**6, "M"), (10**3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.3g}{suffix}"
+    return f"{value:,}"
+
+
+def share(part: int | None, whole: int | None) -> str:
+    return f"{100 * (part or 0) / whole:.1f}%" if whole else "–"
+
+
+def formatted(frame: pl.DataFrame, money_columns: tuple[str, ...] = (), exact_columns: tuple[str, ...] = ()
+              ) -> pl.DataFrame:
+    """The frame plus each money column as currency text (`cost_micros` → `cost`); a total names
+    the row's `unpriced_calls` beside its amount."""
+    if frame.is_empty():
+        return frame
+    n = frame.height
+    currencies = frame["currency"].to_list() if "currency" in frame.columns else ["USD"] * n
+    unpriced = frame["unpriced_calls"].to_list() if "unpriced_calls" in frame.columns else [0] * n
+    out = frame
+    for column in (*money_columns, *exact_columns):
+        if column not in frame.columns:
+            continue
+        values = frame[column].to_list()
+        if column in exact_columns:
+            text = [exact(v, c) if v is not None else "–" for v, c in zip(values, currencies)]
+        else:
+            text = [money(v, c, int(u or 0)) for v, c, u in zip(values, currencies, unpriced)]
+        out = out.with_columns(pl.Series(column.removesuffix("_micros"), text, dtype=pl.Utf8))
+    return out
+
+
+def table(frame: pl.DataFrame, name: str, money_columns: tuple[str, ...] = ("cost_micros",),
+          exact_columns: tuple[str, ...] = (), hide: tuple[str, ...] = (), column_config: dict | None = None,
+          height: int | None = None) -> None:
+    """A table with money shown in currency and a CSV download (integer micro-minor units kept)."""
+    if frame.is_empty():
+        st.caption("Nothing matches the filters.")
+        return
+    shown = formatted(frame, money_columns, exact_columns)
+    amounts = {c: c.removesuffix("_micros") for c in (*money_columns, *exact_columns) if c in frame.columns}
+    # each amount shown as currency text where its integer column was; the CSV keeps both
+    order = [amounts.get(c, c) for c in frame.columns if c not in hide and c not in ("currency",)]
+    display = shown.select(order)
+    st.dataframe(display, hide_index=True, column_config=column_config, height=height or "auto",
+                 width="stretch")
+    flat = shown.with_columns(pl.col(c).cast(pl.List(pl.Utf8)).list.join(", ") for c, dtype in shown.schema.items()
+                              if isinstance(dtype, pl.List))
+    st.download_button("Download CSV", flat.write_csv().encode(), file_name=f"{name}.csv", mime="text/csv",
+                       key=f"csv-{name}")
+
+
+def explorer_link_column() -> st.column_config.LinkColumn:
+    return st.column_config.LinkColumn("run", display_text=r"run_id=(\w{0,12})", help="open in the Run explorer")
+
+
+def with_explorer_links(frame: pl.DataFrame, column: str = "run_id") -> pl.DataFrame:
+    """Adds a `run` column linking the row's run to the explorer page (`run_explorer?run_id=…`)."""
+    if frame.is_empty() or column not in frame.columns:
+        return frame
+    return frame.with_columns(("run_explorer?run_id=" + pl.col(column)).alias("run")).select(
+        ["run", *[c for c in frame.columns]])
+
+
+def bar_chart(frame: pl.DataFrame, x: str, y: str, color: str | None, title: str, money_axis: bool = True,
+              x_type: str = "T", currency: str | None = "USD") -> None:
+    """A stacked bar chart; a money axis is drawn in major units with the exact text in the tooltip."""
+    if frame.is_empty():
+        return
+    data = frame
+    tooltip = [alt.Tooltip(f"{x}:{x_type}")]
+    if color:
+        tooltip.append(alt.Tooltip(f"{color}:N"))
+    if money_axis:
+        data = data.with_columns(
+            major_units(pl.col(y), currency).alias("_amount"),
+            pl.col(y).map_elements(lambda v: format_micros(v, currency or "USD"), return_dtype=pl.Utf8).alias("amount"),
+        )
+        y_field, y_title = "_amount", f"spend ({currency})"
+        tooltip.append(alt.Tooltip("amount:N"))
+    else:
+        y_field, y_title = y, y.replace("_", " ")
+        tooltip.append(alt.Tooltip(f"{y}:Q"))
+    encoding = {"x": alt.X(f"{x}:{x_type}", title=x.replace("_", " ")), "y": alt.Y(f"{y_field}:Q", title=y_title),
+                "tooltip": tooltip}
+    if color:
+        encoding["color"] = alt.Color(f"{color}:N", title=color.replace("_", " "))
+    chart = alt.Chart(data).mark_bar().encode(**encoding).properties(
+        title=title, height=260)
+    st.altair_chart(chart, width="stretch")
+

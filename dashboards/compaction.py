@@ -1,0 +1,36 @@
+"""Compaction: when conversations were compacted, how many tokens it removed, how many turns were
+summarised and kept, what the summaries cost, the compactions that failed and the runs that
+compacted most."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+import _common as ui
+
+filters = ui.page_header("Compaction", "Context compactions (the runtime's agent.compact events and apps' own).")
+data = ui.load_page("compaction", filters)
+totals = data["totals"].row(0, named=True)
+
+if not totals["events"]:
+    st.info("No compactions match the filters. Agents built with `workbench.agent(...)` compact automatically near "
+            "their context limit; apps running their own loop report theirs with `workbench.event(\"agent.compact\", ...)`.")
+    st.stop()
+
+cols = st.columns(5)
+cols[0].metric("Compactions", f"{totals['events']:,}", help=f"in {totals['runs']:,} runs")
+cols[1].metric("Failed", f"{totals['failed']:,}", help="outcome other than ok")
+cols[2].metric("Tokens before → after", f"{ui.compact(totals['tokens_before'])} → {ui.compact(totals['tokens_after'])}",
+               help=f"{ui.share(totals['tokens_before'] - totals['tokens_after'], totals['tokens_before'])} removed")
+cols[3].metric("Turns summarised / kept", f"{totals['summarised_turns']:,} / {totals['kept_turns']:,}")
+cols[4].metric("Summary cost", ui.money(totals["cost_micros"], "USD", totals["unpriced"]))
+
+ui.bar_chart(data["by_day"].with_columns(data["by_day"]["day"].cast(str)), "day", "events", "outcome",
+             "Compactions per day (UTC)", money_axis=False, x_type="O")
+
+st.subheader("Failed compactions")
+ui.table(ui.with_explorer_links(data["failed"]), "failed_compactions", column_config={"run": ui.explorer_link_column()})
+st.subheader("Runs that compacted most")
+ui.table(ui.with_explorer_links(data["top_runs"]), "compaction_top_runs", column_config={"run": ui.explorer_link_column()})
+with st.expander("Latest compactions"):
+    ui.table(data["events"], "compactions")

@@ -1,0 +1,66 @@
+"""Overview: where the money went — spend over time by model and prompt version, calls, runs,
+the failure rate, the top spenders; unpriced calls counted and flagged, never shown as free."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+import _common as ui
+
+filters = ui.page_header("Overview", "Where the money went: by day, model and prompt version.")
+data = ui.load_page("overview", filters)
+calls = data["calls"].row(0, named=True)
+runs = data["runs"].row(0, named=True)
+finished = runs["ok"] + runs["failed"]
+
+cols = st.columns(5)
+unpriced_note = f"+ {calls['unpriced_calls']:,} unpriced calls" if calls["unpriced_calls"] else None
+cols[0].metric("Spend", ui.money_by_currency(data["currency"]), delta=unpriced_note, delta_color="inverse",
+               delta_arrow="off", help="priced calls, rounded up to the cent once; unpriced calls are counted "
+               "beside it, never taken as free")
+cols[1].metric("Calls", f"{calls['calls']:,}", help=f"{calls['settled']:,} settled, {calls['unsettled']:,} unsettled, "
+               f"{calls['replayed_calls']:,} replayed")
+cols[2].metric("Runs", f"{runs['runs']:,}", help=f"top-level runs ({runs['nested_runs']:,} nested runs inside them)")
+cols[3].metric("Run failure rate", ui.share(runs["failed"], finished),
+               help=f"{runs['failed']:,} failed of {finished:,} finished top-level runs")
+cols[4].metric("Unpriced calls", f"{calls['unpriced_calls']:,}",
+               help="settled calls no model row priced: their cost is unknown, not zero")
+if calls["unpriced_calls"]:
+    st.warning(
+        f"**{calls['unpriced_calls']:,} calls are unpriced** ({calls['unpriced_tokens']:,} tokens): no model row "
+        "matched their model, so their cost is **not** in the totals. Add rows to `models.toml` to price them.",
+        icon=":material/money_off:",
+    )
+
+by_day = data["by_day"]
+if not by_day.is_empty():
+    currency = data["currency"]["currency"][0] if not data["currency"].is_empty() else "USD"
+    if data["currency"].height > 1:
+        st.caption(f"Charts show {currency} only; the other currencies are in the tables.")
+    split = st.segmented_control("Spend over time by", ["model", "prompt version", "none"], default="model")
+    frame = by_day.filter(pl.col("currency") == currency) if currency else by_day
+    if split == "prompt version":
+        frame = frame.with_columns(
+            pl.concat_str([pl.col("prompt_id").fill_null("(no prompt)"), pl.col("prompt_version").fill_null("-")],
+                          separator=" v").alias("prompt version"))
+    key = {"model": "model", "prompt version": "prompt version"}.get(split or "none")
+    grouped = frame.group_by(["day", *([key] if key else [])]).agg(pl.col("cost_micros").sum()).sort("day")
+    grouped = grouped.with_columns(pl.col("day").cast(pl.Utf8))
+    ui.bar_chart(grouped, "day", "cost_micros", key, "Spend per day (UTC)", x_type="O", currency=currency)
+
+left, right = st.columns(2)
+with left:
+    st.subheader("By model")
+    ui.table(data["by_model"], "spend_by_model")
+with right:
+    st.subheader("By prompt version")
+    ui.table(data["by_prompt"], "spend_by_prompt")
+
+left, right = st.columns(2)
+with left:
+    st.subheader("Top spenders: run names")
+    ui.table(data["top_names"], "top_run_names")
+with right:
+    st.subheader("Top spenders: runs")
+    ui.table(ui.with_explorer_links(data["top_runs"]), "top_runs", column_config={"run": ui.explorer_link_column()})

@@ -1,0 +1,60 @@
+"""Prompt cache: how much of the input was read from the cache, how often a request hit it, and
+the money the reads saved net of what the writes cost extra, by prompt and model; the runs whose
+later turns read nothing (an unstable prefix)."""
+
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+import _common as ui
+
+filters = ui.page_header(
+    "Prompt cache",
+    "Read share = cache reads / (uncached input + cache reads + cache writes), token-weighted. Hit rate = "
+    "settled calls that read anything / settled calls. Net savings = reads × (input − read price) − writes × "
+    "(write − input price), at each call's recorded prices.",
+)
+data = ui.load_page("prompt_cache", filters)
+totals = data["totals"].row(0, named=True)
+currency = totals["currency"] or "USD"
+input_all = totals["input_tokens"] + totals["cache_read_tokens"] + totals["cache_write_tokens"]
+
+cols = st.columns(5)
+cols[0].metric("Read share", ui.share(totals["cache_read_tokens"], input_all),
+               help=f"{totals['cache_read_tokens']:,} of {input_all:,} input tokens")
+cols[1].metric("Request hit rate", ui.share(totals["hit_calls"], totals["calls"]),
+               help=f"{totals['hit_calls']:,} of {totals['calls']:,} settled calls")
+# savings are shown exact (not rounded up like a bill), so net = saved by reads - write premium, digit for digit
+cols[2].metric("Net savings", ui.exact(totals["net_savings_micros"], currency),
+               help="what the reads saved minus what the writes cost above plain input")
+cols[3].metric("Saved by reads", ui.exact(totals["read_savings_micros"], currency))
+cols[4].metric("Write premium", ui.exact(totals["write_premium_micros"], currency))
+if totals["unpriced_calls"]:
+    st.warning(f"{totals['unpriced_calls']:,} settled calls have no price row, so their cache use saved an unknown "
+               "amount; they are left out of the money above.", icon=":material/money_off:")
+
+st.subheader("By prompt and model")
+by = data["by_prompt_model"]
+if not by.is_empty():
+    by = by.with_columns(
+        pl.when(pl.col("input_tokens") + pl.col("cache_read_tokens") + pl.col("cache_write_tokens") > 0)
+        .then(pl.col("cache_read_tokens") / (pl.col("input_tokens") + pl.col("cache_read_tokens")
+                                            + pl.col("cache_write_tokens")) * 100).round(1).alias("read_share_%"),
+        (pl.col("hit_calls") / pl.col("calls") * 100).round(1).alias("hit_rate_%"),
+        pl.concat_str([pl.col("prompt_id").fill_null("(no prompt)"), pl.col("prompt_version").fill_null("-")],
+                      separator=" v").alias("prompt"),
+    )
+    chart = by.filter(pl.col("currency").is_null() | (pl.col("currency") == currency))
+    chart = chart.group_by("prompt", "model").agg(pl.col("net_savings_micros").sum())
+    ui.bar_chart(chart, "prompt", "net_savings_micros", "model", "Net savings by prompt", x_type="N", currency=currency)
+ui.table(by.drop("prompt") if "prompt" in by.columns else by, "cache_by_prompt_model", money_columns=(),
+         exact_columns=("net_savings_micros", "read_savings_micros", "write_premium_micros"))
+
+st.subheader("Unstable prefixes")
+unstable = data["unstable"]
+count = unstable["total_runs"][0] if not unstable.is_empty() else 0
+st.caption(f"{count:,} runs made two or more calls, wrote the cache on the first, and never read it afterwards: "
+           "something early in the prompt (a timestamp, an id, tool order) changes between turns.")
+ui.table(ui.with_explorer_links(unstable.drop("total_runs") if "total_runs" in unstable.columns else unstable),
+         "unstable_prefix_runs", column_config={"run": ui.explorer_link_column()})

@@ -1,0 +1,107 @@
+"""The dashboard in a real browser: `workbench dashboard` serves the fixture store, headless
+Chromium (Debian's, driven by Playwright) loads every page, the key figures are visible, no error
+box is shown, and each page's screenshot is saved to docs/screenshots/ for the README.
+
+Chromium missing is a failure, not a skip: CI installs it (`.ci/run`)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import dashboard_store as fx
+from workbench.money import format_micros
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+CALLS = fx.call_rows()
+COST = {c["call_id"]: c["cost_micros"] or 0 for c in CALLS}
+# url path, screenshot name, texts that must be visible
+PAGES = [
+    ("", "overview", ["Overview", format_micros(sum(COST.values())), "+ 1 unpriced calls", "calls are unpriced"]),
+    ("prompt_cache", "prompt_cache", ["Prompt cache", "Request hit rate", "40.0%"]),
+    ("compaction", "compaction", ["Compaction", format_micros(sum(x[8] for x in fx.COMPACTIONS))]),
+    ("failures", "failures", ["Failures", format_micros(sum(COST[i] for i in ("c04", "c05", "c07", "c08")))]),
+    ("evals", "evals", ["Evals", "Gate verdicts"]),
+    ("run_explorer?run_id=R1", "run_explorer", ["Run explorer", "Hello, Ada Lovelace!", "lookup_person"]),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait_healthy(url: str, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"`workbench dashboard` exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as response:
+                if response.read().strip() == b"ok":
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"the dashboard did not answer at {url} within {timeout}s")
+
+
+@pytest.fixture
+def server(dashboard_db, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "WORKBENCH_SPOOL_DIR": str(tmp_path / "spool")}
+    log = open(tmp_path / "dashboard.log", "wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "dashboard", "--db", str(dashboard_db), "--port", str(port)],
+        stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+    )
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def test_every_page_in_chromium(server):
+    assert CHROMIUM.exists(), "Debian's chromium is missing: `apt-get install chromium` (CI's .ci/run does)"
+    from playwright.sync_api import expect, sync_playwright
+
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"],
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            for path, name, texts in PAGES:
+                page.goto(f"{server}/{path}")
+                for text in texts:
+                    expect(page.get_by_text(text, exact=False).first).to_be_visible(timeout=30_000)
+                # let charts and the last elements settle before checking for errors and shooting
+                page.wait_for_load_state("networkidle")
+                expect(page.locator('[data-testid="stStatusWidget"]')).to_have_count(0, timeout=30_000)
+                # tables and charts render after the script finishes: wait until nothing is a placeholder
+                for placeholder in ('[data-testid="stSkeleton"]', '[data-testid="stSkeletonElement"]'):
+                    expect(page.locator(placeholder)).to_have_count(0, timeout=30_000)
+                page.wait_for_timeout(800)
+                assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: an exception is shown"
+                assert page.locator('[data-testid="stAlertContentError"]').count() == 0, f"{name}: an error is shown"
+                page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+        finally:
+            browser.close()

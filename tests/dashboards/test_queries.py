@@ -1,0 +1,204 @@
+"""Each page's headline figures, read through `workbench.store.queries`, against values computed
+here from the fixture's rows and price sheets by plain Python — no SQL."""
+
+from __future__ import annotations
+
+import json
+import socket
+import os
+from datetime import date
+from fractions import Fraction
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import dashboard_store as fx
+from workbench.store import queries as q
+
+CALLS = fx.call_rows()
+BY_ID = {c["call_id"]: c for c in CALLS}
+
+
+def read(db: Path, fn):
+    return q.read(db, None, fn)
+
+
+def cost(*ids: str) -> int:
+    return sum(BY_ID[i]["cost_micros"] or 0 for i in ids)
+
+
+def test_overview_headlines(dashboard_db):
+    data = read(dashboard_db, lambda con: q.overview_page(con, q.Filters()))
+    calls = data["calls"].row(0, named=True)
+    assert calls["calls"] == 11 and calls["settled"] == 10 and calls["unsettled"] == 1
+    assert calls["unpriced_calls"] == 1 and calls["unpriced_tokens"] == 330_000  # c10, the `mystery` model
+    assert data["currency"].rows() == [("USD", sum(c["cost_micros"] or 0 for c in CALLS), 9)]
+    runs = data["runs"].row(0, named=True)
+    assert (runs["runs"], runs["failed"], runs["ok"], runs["running"], runs["nested_runs"]) == (5, 2, 2, 1, 1)
+    by_model = {row["model"]: row for row in data["by_model"].iter_rows(named=True)}
+    assert by_model["alpha"]["cost_micros"] == cost("c01", "c02", "c03", "c07", "c08", "c09", "c11")
+    assert by_model["mystery"]["cost_micros"] is None and by_model["mystery"]["unpriced_calls"] == 1
+    by_day = data["by_day"]
+    assert by_day["cost_micros"].sum() == sum(c["cost_micros"] or 0 for c in CALLS)
+    day1 = by_day.filter(by_day["day"] == date(2024, 5, 1))["cost_micros"].sum()
+    assert day1 == cost("c01", "c02", "c03", "c04")
+    top = data["top_names"].row(0, named=True)
+    assert top["name"] == "chat-app" and top["cost_micros"] == cost("c01", "c02", "c03", "c04", "c05")
+    assert data["top_runs"]["run_id"].to_list()[:2] == ["R1", "R3"]
+
+
+def _savings(calls: list[dict]) -> tuple[int, int]:
+    """Read savings and write premium in micro-minor units, from the price sheets, by hand."""
+    read_total, write_total = Fraction(0), Fraction(0)
+    for call in calls:
+        if not call["settled"] or call["price_source"] is None:
+            continue
+        spec = fx.SPECS[call["model_served"]]
+        over = call["input_tokens"] + call["cache_read_tokens"] + call["cache_write_tokens"]
+        tier = spec.long_context if spec.long_context and over > spec.long_context.above_input_tokens else spec
+        unit = Fraction(1, 10**spec.scale)
+        price_in = tier.input * unit
+        price_read = (tier.cache_read if tier.cache_read is not None else Fraction(tier.input, 10)) * unit
+        price_w5 = (tier.cache_write_5m if tier.cache_write_5m is not None else Fraction(tier.input * 5, 4)) * unit
+        price_w1 = tier.cache_write_1h * unit if tier.cache_write_1h is not None else price_w5
+        one_hour = call["cache_write_1h_tokens"]
+        read_total += call["cache_read_tokens"] * (price_in - price_read)
+        write_total += (call["cache_write_tokens"] - one_hour) * (price_w5 - price_in) + one_hour * (price_w1 - price_in)
+    return int(read_total), int(write_total)  # toward zero, to the micro-minor unit
+
+
+def test_cache_headlines_and_savings(dashboard_db):
+    data = read(dashboard_db, lambda con: q.cache_page(con, q.Filters()))
+    totals = data["totals"].row(0, named=True)
+    settled = [c for c in CALLS if c["settled"]]
+    assert totals["calls"] == len(settled) == 10
+    assert totals["hit_calls"] == sum(1 for c in settled if c["cache_read_tokens"] > 0) == 4
+    assert totals["cache_read_tokens"] == sum(c["cache_read_tokens"] for c in settled)
+    assert totals["input_tokens"] + totals["cache_read_tokens"] + totals["cache_write_tokens"] == sum(
+        c["input_tokens"] + c["cache_read_tokens"] + c["cache_write_tokens"] for c in settled)
+    expected_read, expected_write = _savings(CALLS)
+    assert (totals["read_savings_micros"], totals["write_premium_micros"]) == (expected_read, expected_write)
+    assert totals["net_savings_micros"] == expected_read - expected_write
+    assert totals["unpriced_calls"] == 1
+    groups = {(r["prompt_id"], r["prompt_version"], r["model"]): r for r in data["by_prompt_model"].iter_rows(named=True)}
+    beta = [c for c in CALLS if c["model_served"] == "beta"]  # scale 1, default read/write prices, long context
+    assert (groups[("greet", "2", "beta")]["read_savings_micros"],
+            groups[("greet", "2", "beta")]["write_premium_micros"]) == _savings(beta)
+    assert data["unstable"]["run_id"].to_list() == ["R3"]
+
+
+def test_failure_headlines(dashboard_db):
+    data = read(dashboard_db, lambda con: q.failures_page(con, q.Filters()))
+    totals = data["totals"].row(0, named=True)
+    failed_top_calls = [c for c in CALLS if c["run_id"] in {"R2", "R2a", "R3"}]  # R2a runs inside R2
+    answered = [c for c in failed_top_calls if c["settled"]]
+    assert totals["failed_runs"] == 2
+    assert totals["cost_micros"] == sum(c["cost_micros"] for c in answered) == cost("c04", "c05", "c07", "c08")
+    assert totals["calls"] == len(answered) == 4 and totals["unsettled"] == 1
+    assert totals["output_tokens"] == sum(c["output_tokens"] for c in answered)
+    assert totals["total_cost_micros"] == sum(c["cost_micros"] or 0 for c in CALLS)
+    by_code = {r["error_code"]: r["cost_micros"] for r in data["by_error"].iter_rows(named=True)}
+    assert by_code == {"WB_PROVIDER_ERROR": cost("c04", "c05"), "WB_AGENT_DEADLINE": cost("c07", "c08")}
+    by_prompt = {(r["prompt_id"], r["prompt_version"]): r["runs"] for r in data["by_prompt"].iter_rows(named=True)}
+    assert by_prompt == {("greet", "2"): 1, ("summarize", "2"): 1}
+    runs = {r["run_id"]: r["top_level"] for r in data["runs"].iter_rows(named=True)}
+    assert runs == {"R2": True, "R2a": False, "R3": True}
+
+
+def test_compaction_headlines(dashboard_db):
+    data = read(dashboard_db, lambda con: q.compaction_page(con, q.Filters()))
+    totals = data["totals"].row(0, named=True)
+    assert totals["events"] == len(fx.COMPACTIONS) and totals["failed"] == 1 and totals["runs"] == 3
+    assert totals["tokens_before"] == sum(x[4] for x in fx.COMPACTIONS)
+    assert totals["tokens_after"] == sum(x[5] for x in fx.COMPACTIONS)
+    assert totals["cost_micros"] == sum(x[8] for x in fx.COMPACTIONS)
+    assert data["failed"]["compaction_id"].to_list() == ["x4"]
+    assert data["top_runs"].row(0, named=True)["run_id"] == "R1"
+
+
+@pytest.mark.parametrize(
+    ("filters", "call_ids", "top_runs"),
+    [
+        (q.Filters(date_from=date(2024, 5, 2), date_to=date(2024, 5, 2)), {"c05", "c06", "c07", "c08"}, {"R3"}),
+        (q.Filters(providers=("anthropic",)), {"c04", "c05", "c06"}, {"R2"}),
+        (q.Filters(models=("alpha",), source="replayed"), {"c09"}, {"R4"}),
+        (q.Filters(run_names=("chat-app",)), {"c01", "c02", "c03", "c04", "c05", "c06"}, {"R1", "R2", "R5"}),
+        (q.Filters(tags=("env=dev",)), {"c07", "c08", "c09", "c10"}, {"R3", "R4"}),
+        (q.Filters(tags=("env=prod", "team=a")), {"c01", "c02", "c03"}, {"R1"}),
+        (q.Filters(prompt_ids=("greet",), prompt_versions=("2",)), {"c04", "c05", "c06"}, {"R2"}),
+        (q.Filters(source="live"), {c["call_id"] for c in CALLS} - {"c09"}, {"R1", "R2", "R3", "R4"}),
+    ],
+)
+def test_filters(dashboard_db, filters, call_ids, top_runs):
+    totals, runs = read(dashboard_db, lambda con: (q.call_totals(con, filters), q.run_choices(con, filters)))
+    assert totals["calls"][0] == len(call_ids)
+    assert set(runs["run_id"]) == top_runs
+    spend = read(dashboard_db, lambda con: q.spend_by_currency(con, filters))
+    assert spend["cost_micros"].sum() == cost(*call_ids)
+
+
+def test_compaction_filters_go_through_runs(dashboard_db):
+    f = q.Filters(run_names=("chat-app",))  # R1 and, inside R2, the agent run R2a
+    ids = read(dashboard_db, lambda con: q.compaction_events(con, f))["compaction_id"].to_list()
+    assert sorted(ids) == ["x1", "x2", "x3"]
+
+
+def test_evals(dashboard_db):
+    history = read(dashboard_db, lambda con: q.eval_history(con, q.Filters()))
+    assert history["eval_run_id"].to_list() == ["E1", "E2"]
+    assert history["cost_per_case_micros"].to_list() == [1_000_000, 1_500_000]
+    assert history["passed"].to_list() == [3, 1]
+    cases = read(dashboard_db, lambda con: q.eval_cases(con, "E2"))
+    assert cases["case_id"].to_list()[0] == "grace"  # the largest drop first
+    only_v1 = read(dashboard_db, lambda con: q.eval_history(con, q.Filters(prompt_versions=("1",))))
+    assert only_v1["eval_run_id"].to_list() == ["E1"]
+
+
+def test_evals_page_without_eval_tables():
+    con = duckdb.connect()
+    assert q.evals_page(con, q.Filters()) == {}
+
+
+def test_run_explorer(dashboard_db):
+    data = read(dashboard_db, lambda con: q.explorer_page(con, q.Filters(), run_id="R2"))
+    assert data["tree"]["run_id"].to_list() == ["R2", "R2a"]
+    assert data["calls"]["call_id"].to_list() == ["c04", "c05", "c06"]
+    spans = read(dashboard_db, lambda con: q.run_spans(con, "R1"))
+    assert spans.height == 4
+    missing = read(dashboard_db, lambda con: q.run_tree(con, "nope"))
+    assert missing.is_empty()
+
+
+def test_transcript_reads_tool_calls_and_results(dashboard_db):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "dashboards"))
+    from _transcript import turns
+
+    calls = read(dashboard_db, lambda con: q.run_calls(con, "R1")).to_dicts()
+    shown = turns(calls)
+    first_sent, first_answer = shown[0][1], shown[0][2]
+    assert [e.role for e in first_sent] == ["system", "user"]
+    assert first_answer[0].kind == "tool_call" and first_answer[0].name == "lookup_person"
+    second_sent = shown[1][1]  # only what the second request added: the tool's result
+    assert [(e.role, e.kind) for e in second_sent] == [("tool", "tool_result")]
+    assert shown[1][2][0].text == "Hello, Ada Lovelace!"
+
+
+def test_read_of_a_missing_store(tmp_path):
+    with pytest.raises(q.StoreMissing):
+        q.read(tmp_path / "none.duckdb", tmp_path / "spool", q.store_counts)
+    assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_read_ingests_pending_spools_first(tmp_path):
+    db = fx.build(tmp_path / "s.duckdb", evals=False)
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    row = dict(BY_ID["c11"], call_id="late", cost_micros=1)
+    # a finished writer's spool file: <host>-<pid>-<n>.jsonl with a pid that is not running
+    (spool / f"{socket.gethostname()}-{2**22 + os.getpid()}-0.jsonl").write_text(
+        json.dumps({"kind": "call", "row": row}) + "\n")
+    totals = q.read(db, spool, lambda con: q.call_totals(con, q.Filters()))
+    assert totals["calls"][0] == len(CALLS) + 1
