@@ -12,10 +12,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workbench.errors import WorkbenchError
+from workbench.runtime.prompt import SLOT, render_text
 from workbench.wire.canonical import digest
 
-_SLOT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-_TAG_AROUND = r"<({tag})(?:\s[^>]*)?>\s*\{{\{{\s*{name}\s*\}}\}}\s*</\1>"
 
 
 class Prompt(BaseModel):
@@ -46,7 +45,7 @@ class Prompt(BaseModel):
 
     @property
     def variables(self) -> list[str]:
-        return sorted(set(_SLOT.findall(self.template)) | set(_SLOT.findall(self.system)))
+        return sorted(set(SLOT.findall(self.template)) | set(SLOT.findall(self.system)))
 
     @property
     def ref(self) -> dict[str, str]:
@@ -60,31 +59,6 @@ class Prompt(BaseModel):
 
     def render_system(self, variables: dict[str, Any] | None = None) -> str:
         return render_text(self.system, variables or {}, f"{self.id}@{self.version} system")
-
-
-def render_text(text: str, variables: dict[str, Any], where: str) -> str:
-    missing = sorted({name for name in _SLOT.findall(text) if name not in variables})
-    if missing:
-        raise WorkbenchError(
-            "WB_PROMPT_RENDER",
-            f"{where}: no value for {', '.join('{{' + name + '}}' for name in missing)}"
-            f" (given: {', '.join(sorted(variables)) or 'nothing'})",
-            f"pass {', '.join(missing)} in the case's vars, or remove the slot from the template",
-        )
-    enclosing = {
-        name: [match.group(1) for match in re.finditer(_TAG_AROUND.format(tag=r"[A-Za-z][\w.-]*", name=name), text)]
-        for name in set(_SLOT.findall(text))
-    }
-
-    def value_of(match: re.Match) -> str:
-        name = match.group(1)
-        value = variables[name]
-        value = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-        for tag in enclosing.get(name, []):
-            value = re.sub(rf"</(\s*{re.escape(tag)}\s*)>", r"&lt;/\1>", value, flags=re.IGNORECASE)
-        return value
-
-    return _SLOT.sub(value_of, text)
 
 
 class PromptRegistry:

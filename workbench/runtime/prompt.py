@@ -8,6 +8,7 @@ run. What changes per run (today's date, the user's name) goes in `system_dynami
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, runtime_checkable
@@ -26,7 +27,34 @@ class PromptLike(Protocol):
     def render(self, vars: Mapping[str, Any]) -> str: ...
 
 
-_SLOT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+SLOT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_TAG_AROUND = r"<({tag})(?:\s[^>]*)?>\s*\{{\{{\s*{name}\s*\}}\}}\s*</\1>"
+
+
+def render_text(text: str, variables: dict[str, Any], where: str) -> str:
+    missing = sorted({name for name in SLOT.findall(text) if name not in variables})
+    if missing:
+        raise WorkbenchError(
+            "WB_PROMPT_RENDER",
+            f"{where}: no value for {', '.join('{{' + name + '}}' for name in missing)}"
+            f" (given: {', '.join(sorted(variables)) or 'nothing'})",
+            f"pass {', '.join(missing)} in the case's vars, or remove the slot from the template",
+        )
+    enclosing = {
+        name: [match.group(1) for match in re.finditer(_TAG_AROUND.format(tag=r"[A-Za-z][\w.-]*", name=name), text)]
+        for name in set(SLOT.findall(text))
+    }
+
+    def value_of(match: re.Match) -> str:
+        name = match.group(1)
+        value = variables[name]
+        value = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        for tag in enclosing.get(name, []):
+            value = re.sub(rf"</(\s*{re.escape(tag)}\s*)>", r"&lt;/\1>", value, flags=re.IGNORECASE)
+        return value
+
+    return SLOT.sub(value_of, text)
+
 
 
 @dataclass(frozen=True)
@@ -42,14 +70,7 @@ class TextPrompt:
     hash: str | None = None
 
     def render(self, vars: Mapping[str, Any]) -> str:
-        missing = sorted({name for name in _SLOT.findall(self.template) if name not in vars})
-        if missing:
-            raise WorkbenchError(
-                "WB_PROMPT_RENDER",
-                f"the prompt {self.template[:60]!r} has slot(s) {', '.join(missing)} with no value",
-                f"pass vars={{{', '.join(repr(name) + ': ...' for name in missing)}}}",
-            )
-        return _SLOT.sub(lambda match: str(vars[match.group(1)]), self.template)
+        return render_text(self.template, vars, f"the prompt {self.template[:60]!r}")
 
 
 def as_prompt(prompt: PromptLike | str) -> PromptLike:
