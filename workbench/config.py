@@ -34,7 +34,6 @@ class Settings(BaseModel):
     )
     models: Path = Field(Path("models.toml"), description="the model registry file to load")
     record_mode: RecordMode = Field("replay", description="cassette mode: replay, record, rerecord or live")
-    cassette_dir: Path = Field(Path("cassettes"), description="where cassettes are read and written")
     capture: bool = Field(True, description="record calls into the store (false: pass through)")
 
     @property
@@ -64,7 +63,7 @@ def load_settings(cwd: Path | None = None, **overrides) -> Settings:
         if name in table:
             value = table[name]
             # paths in pyproject.toml are relative to the file, not to where the command runs
-            if root is not None and name in {"db", "spool_dir", "models", "cassette_dir"}:
+            if root is not None and name in {"db", "spool_dir", "models"}:
                 value = root / value
             values[name] = value
         env = os.environ.get(f"WORKBENCH_{name.upper()}")

@@ -51,7 +51,9 @@ class Recorder:
             call.call_id = uuid.uuid4().hex
             call.started_at, call.first_byte_at, call.ended_at = times
             call.replayed, call.cassette = replayed, cassette
-            if error and not call.error_type:
+            # what the transport saw (a cut, an abandoned stream) explains a half body the parser
+            # could not read; a provider's own error type is kept
+            if error and call.error_type in (None, "unparseable"):
                 call.error_type = error
             if run is not None:
                 call.run_id = run.run_id

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export import (
 )
 
 from workbench.capture import semconv
+from workbench.wire.redact import REDACTED, SECRET_REQUEST_HEADERS, SECRET_RESPONSE_HEADERS, redact_url
 
 log = logging.getLogger("workbench.capture")
 _setup_lock = threading.Lock()
@@ -37,6 +38,37 @@ def _hex(value: int, width: int) -> str:
     return format(value, f"0{width}x")
 
 
+_URL_ATTRIBUTES = frozenset({"url.full", "http.url", "url.original", "http.target"})
+# the SDKs' own span attributes copied from the secret response headers
+_SECRET_ATTRIBUTES = frozenset({"anthropic.organization.id", "openai.organization", "openai.organization.id",
+                                "openai.project", "openai.project.id"})
+
+
+def _scrubbed(attributes) -> dict:
+    """Span attributes with secrets out, whoever set them (the anthropic SDK's own spans carry
+    `url.full` and `url.query`, query keys included): key-like query parameters and secret headers."""
+    clean = dict(attributes or {})
+    for key, value in clean.items():
+        if key in _SECRET_ATTRIBUTES:
+            clean[key] = REDACTED
+            continue
+        if not isinstance(value, str):
+            if key.startswith(("http.request.header.", "http.response.header.")) and isinstance(value, (list, tuple)):
+                name = key.rsplit(".", 1)[-1].replace("_", "-")
+                if name in SECRET_REQUEST_HEADERS or name in SECRET_RESPONSE_HEADERS:
+                    clean[key] = [REDACTED]
+            continue
+        if key in _URL_ATTRIBUTES:
+            clean[key] = redact_url(value)
+        elif key == "url.query":
+            clean[key] = redact_url("http://h/?" + value).partition("?")[2]
+        elif key.startswith(("http.request.header.", "http.response.header.")):
+            name = key.rsplit(".", 1)[-1].replace("_", "-")
+            if name in SECRET_REQUEST_HEADERS or name in SECRET_RESPONSE_HEADERS:
+                clean[key] = REDACTED
+    return clean
+
+
 class StoreSpanExporter(SpanExporter):
     """Hands every ended span, and its events, to the recorder's spool (memory only: cheap)."""
 
@@ -48,7 +80,7 @@ class StoreSpanExporter(SpanExporter):
             for span in spans:
                 context = span.get_span_context()
                 span_id, trace_id = _hex(context.span_id, 16), _hex(context.trace_id, 32)
-                attributes = dict(span.attributes or {})
+                attributes = _scrubbed(span.attributes)
                 run_id = attributes.get(semconv.RUN_ID)
                 spool.append(
                     "span",
@@ -67,7 +99,7 @@ class StoreSpanExporter(SpanExporter):
                         {
                             "span_id": span_id, "seq": seq, "trace_id": trace_id, "run_id": run_id,
                             "name": event.name, "time": _time(event.timestamp),
-                            "attributes": json.dumps(dict(event.attributes or {}), default=str),
+                            "attributes": json.dumps(_scrubbed(event.attributes), default=str),
                         },
                     )
         except Exception as exc:  # noqa: BLE001 - recording never breaks the application

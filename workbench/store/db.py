@@ -21,7 +21,11 @@ _migrate_lock = threading.Lock()
 
 def is_lock_error(exc: BaseException) -> bool:
     text = str(exc)
-    return "Could not set lock" in text or "Conflicting lock" in text or "lock on file" in text
+    return (
+        "Could not set lock" in text or "Conflicting lock" in text or "lock on file" in text
+        # the same conflict inside one process: a read-only and a read-write connection at once
+        or "different configuration than existing connections" in text
+    )
 
 
 def default_path() -> Path:

@@ -57,21 +57,69 @@ def _pid_alive(name: str) -> bool:
     return True
 
 
-def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
-    """Records after `offset` up to the last complete line, and the new offset."""
+def _read_lines(path: Path, offset: int) -> tuple[bytes, int]:
+    """The complete lines after `offset` (bytes), and the new offset."""
     with open(path, "rb") as handle:
         handle.seek(offset)
         data = handle.read()
     end = data.rfind(b"\n")
     if end < 0:
-        return [], offset
+        return b"", offset
+    return data[: end + 1], offset + end + 1
+
+
+def _parse_lines(data: bytes) -> list[dict]:
     records = []
-    for line in data[: end + 1].splitlines():
+    for line in data.splitlines():
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
             continue  # a torn write in the middle of a file that was appended to again
-    return records, offset + end + 1
+    return records
+
+
+def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
+    """Records after `offset` up to the last complete line, and the new offset."""
+    data, end = _read_lines(path, offset)
+    return _parse_lines(data), end
+
+
+def _schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, pl.DataType]]:
+    """Every record table's columns, as polars types, in one query."""
+    tables = {table for table, _, _ in TABLES.values()}
+    schemas: dict[str, dict[str, pl.DataType]] = {table: {} for table in tables}
+    for table, name, kind in con.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+    ).fetchall():
+        if table in schemas:
+            schemas[table][name] = _POLARS_TYPES.get(kind, pl.Utf8)
+    return schemas
+
+
+def _frames_fast(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame]:
+    """Every kind's rows as a frame, parsed by polars (native code, not a Python loop per line).
+    Raises on anything unusual (a torn line, a value of another type); the caller then falls back
+    to the line-by-line parse."""
+    fields: dict[str, pl.DataType] = {}
+    for schema in schemas.values():
+        fields.update(schema)
+    frame = pl.read_ndjson(data, schema={"kind": pl.Utf8, "row": pl.Struct(fields)})
+    frames = {}
+    for (kind,), rows in frame.partition_by("kind", as_dict=True, maintain_order=True).items():
+        if kind in TABLES:
+            frames[kind] = rows.get_column("row").struct.unnest().select(list(schemas[TABLES[kind][0]]))
+    return frames
+
+
+def _torn_tail_only(path: Path, offset: int) -> bool:
+    """Whether everything after `offset` is one unterminated line (a write cut by a crash)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            return b"\n" not in handle.read()
+    except OSError:
+        return False
 
 
 def _frame(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> pl.DataFrame:
@@ -85,8 +133,13 @@ def _frame(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> pl.D
 
 def write_rows(con: duckdb.DuckDBPyConnection, kind: str, rows: list[dict]) -> int:
     """Insert `rows` of one record kind in one statement; existing keys are kept or replaced."""
+    return write_frame(con, kind, _frame(con, TABLES[kind][0], rows))
+
+
+def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame) -> int:
+    """Insert a frame of one record kind (the table's columns) in one statement."""
     table, key, replace = TABLES[kind]
-    frame = _frame(con, table, rows).unique(subset=list(key), keep="last" if replace else "first", maintain_order=True)
+    frame = frame.unique(subset=list(key), keep="last" if replace else "first", maintain_order=True)
     verb = "INSERT OR REPLACE INTO" if replace else "INSERT OR IGNORE INTO"
     con.register("_batch", frame.to_arrow())
     try:
@@ -99,12 +152,22 @@ def write_rows(con: duckdb.DuckDBPyConnection, kind: str, rows: list[dict]) -> i
 def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True) -> int:
     """Ingest every spool file under `spool_dir`; returns the records ingested. With `wait=False`
     (a recorder), returns 0 at once when another process is ingesting or holds the store."""
+    return _ingest_spools(db_path, spool_dir, wait) or 0
+
+
+def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
+    """Ingest without waiting; None when it was skipped (another process is ingesting or holds
+    the store), so the caller knows to try again later."""
+    return _ingest_spools(db_path, spool_dir, wait=False)
+
+
+def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool) -> int | None:
     spool_dir = Path(spool_dir)
     if not spool_dir.is_dir():
         return 0
     with _exclusive(spool_dir / ".ingest.lock", wait) as acquired:
         if not acquired:
-            return 0
+            return None
         files = sorted(spool_dir.glob("*.jsonl"))
         if not files:
             return 0
@@ -113,17 +176,17 @@ def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True) -> int:
                 return _ingest(con, files)
         except WorkbenchError as exc:
             if not wait and exc.code == "WB_STORE_LOCKED":
-                return 0
+                return None
             raise
         except duckdb.Error as exc:
             if not wait and is_lock_error(exc):
-                return 0
+                return None
             raise
 
 
 def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
     offsets = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
-    by_kind: dict[str, list[dict]] = defaultdict(list)
+    chunks: list[bytes] = []
     moved: dict[str, int] = {}
     finished: list[Path] = []
     for path in files:
@@ -133,22 +196,34 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
             continue
         start = offsets.get(path.name, 0)
         if size > start:
-            records, end = _read_new(path, start)
-            for record in records:
-                if record.get("kind") in TABLES:
-                    by_kind[record["kind"]].append(record["row"])
+            data, end = _read_lines(path, start)
+            chunks.append(data)
             if end != start:
                 moved[path.name] = end
-        if moved.get(path.name, start) >= size and not _pid_alive(path.stem):
-            finished.append(path)
+        if not _pid_alive(path.stem) and (
+            moved.get(path.name, start) >= size or _torn_tail_only(path, moved.get(path.name, start))
+        ):
+            finished.append(path)  # its writer is gone: a torn last line will never be completed
     if not moved and not finished:
         return 0
+    data = b"".join(chunks)
+    frames: dict[str, pl.DataFrame] = {}
+    if data:
+        schemas = _schemas(con)
+        try:
+            frames = _frames_fast(data, schemas)
+        except Exception:  # noqa: BLE001 - a torn line or an odd value: parse line by line instead
+            by_kind: dict[str, list[dict]] = defaultdict(list)
+            for record in _parse_lines(data):
+                if isinstance(record, dict) and record.get("kind") in TABLES and isinstance(record.get("row"), dict):
+                    by_kind[record["kind"]].append(record["row"])
+            frames = {kind: _frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()}
     count = 0
     con.execute("BEGIN TRANSACTION")
     try:
         for kind in TABLES:  # table order: a run before its tags, calls before their bodies
-            if by_kind.get(kind):
-                count += write_rows(con, kind, by_kind[kind])
+            if kind in frames and frames[kind].height:
+                count += write_frame(con, kind, frames[kind])
         for name, end in moved.items():
             con.execute('INSERT OR REPLACE INTO spool_offsets VALUES (?, ?)', [name, end])
         for path in finished:

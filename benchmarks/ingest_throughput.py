@@ -1,0 +1,151 @@
+"""Ingestion throughput: calls/s through the real path (the recorder's records appended to a spool,
+the spool written, then `ingest_spools` into DuckDB) vs a raw DuckDB Arrow insert of the same rows
+into the same schema, in the same run.
+
+    python benchmarks/ingest_throughput.py [--calls 20000] [--batch 500]
+
+Each call is what the recorder writes for it: a `calls` row, a `call_bodies` row (~2 KB request and
+response JSON) and its span. `--batch` ingests after every that many calls (as the background
+flush does); the raw insert gets the same batches. Target: real path >= 50% of raw."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+
+def _records(n: int) -> list[list[tuple[str, dict]]]:
+    """The records of `n` calls, as the recorder builds them: a real parse of a real-shaped exchange."""
+    from workbench.capture.recorder import _CALL_BODY_FIELDS
+    from workbench.wire import Exchange, parse_exchange
+
+    answer = " ".join(["lorem ipsum dolor sit amet"] * 70)
+    request = json.dumps({"model": "gpt-4o-mini", "messages": [
+        {"role": "user", "content": ("The quick brown fox jumps over the lazy dog. " * 44)[:2000]}]}).encode()
+    response = json.dumps({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 520, "completion_tokens": 480, "total_tokens": 1000,
+                  "prompt_tokens_details": {"cached_tokens": 0}}}).encode()
+    template = parse_exchange(Exchange(url="https://api.openai.com/v1/chat/completions", request_body=request,
+                                       status=200, response_headers={"content-type": "application/json"},
+                                       response_body=response))
+    now = datetime.now(timezone.utc)
+    out = []
+    for _ in range(n):
+        call = template.model_copy()
+        call.call_id, call.run_id = uuid.uuid4().hex, None
+        call.span_id, call.trace_id = uuid.uuid4().hex[:16], uuid.uuid4().hex
+        call.started_at = call.first_byte_at = call.ended_at = now
+        call.cost_micros, call.price_source, call.currency = 12345, "gpt-4o-mini@2025-08-01", "USD"
+        row = call.flat()
+        body = {name: row.pop(name) for name in _CALL_BODY_FIELDS}
+        body["tool_calls"] = None
+        body["call_id"] = call.call_id
+        row["tool_names"] = []
+        span = {"span_id": call.span_id, "trace_id": call.trace_id, "parent_span_id": None,
+                "name": "chat gpt-4o-mini", "kind": "CLIENT", "run_id": None, "start_time": now.isoformat(),
+                "end_time": now.isoformat(), "status_code": "UNSET", "status_message": None,
+                "attributes": json.dumps({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 520,
+                                          "workbench.call_id": call.call_id})}
+        out.append([("call", row), ("call_body", body), ("span", span)])
+    return out
+
+
+def real_path(records, batch: int, folder: Path) -> float:
+    from workbench.store.db import open_store
+    from workbench.store.ingest import ingest_spools
+    from workbench.store.spool import Spool
+
+    db, spool_dir = folder / "real.duckdb", folder / "spool"
+    with open_store(db):
+        pass  # created and migrated before the clock starts, as a long-lived store is
+    spool = Spool(db, spool_dir, flush_interval_s=3600)
+    started = time.perf_counter()
+    for start in range(0, len(records), batch):
+        for call in records[start:start + batch]:
+            for kind, row in call:
+                spool.append(kind, row)
+        spool.flush(ingest=False)
+        ingest_spools(db, spool_dir, wait=True)
+    elapsed = time.perf_counter() - started
+    with open_store(db, read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM calls").fetchall()[0][0] == len(records)
+    return elapsed
+
+
+def raw_insert(records, batch: int, folder: Path) -> float:
+    import duckdb
+    import pyarrow as pa
+
+    from workbench.store.schema import migrate
+
+    db = folder / "raw.duckdb"
+    con = duckdb.connect(str(db))
+    migrate(con)
+    con.close()
+    tables = {"call": "calls", "call_body": "call_bodies", "span": "spans"}
+    started = time.perf_counter()
+    con = duckdb.connect(str(db))  # opened once per batch, as the real path must (no process holds it)
+    con.close()
+    for start in range(0, len(records), batch):
+        con = duckdb.connect(str(db))
+        con.execute("BEGIN TRANSACTION")
+        for kind, table in tables.items():
+            rows = [row for call in records[start:start + batch] for k, row in call if k == kind]
+            arrow = pa.Table.from_pylist(rows)
+            con.register("_raw", arrow)
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _raw")
+            con.unregister("_raw")
+        con.execute("COMMIT")
+        con.close()
+    elapsed = time.perf_counter() - started
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM calls").fetchall()[0][0] == len(records)
+    con.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--batch", type=int, nargs="+", default=[500, 5000])
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "RESULTS.md")
+    parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each path; the medians are compared")
+    args = parser.parse_args()
+    from capture_overhead import _append
+
+    records = _records(args.calls)
+    lines = [f"- {args.calls} calls (a `calls` row, a ~2.3 KB+2 KB `call_bodies` row and a span each)"]
+    import statistics
+
+    for batch in args.batch:
+        reals, raws = [], []
+        for _ in range(args.repeat):  # interleaved, so a busy moment of the machine hits both
+            with tempfile.TemporaryDirectory(prefix="wb-ingest-") as folder:
+                reals.append(real_path(records, batch, Path(folder)))
+                raws.append(raw_insert(records, batch, Path(folder)))
+        real, raw = statistics.median(reals), statistics.median(raws)
+        ratio = raw / real
+        lines.append(
+            f"- batches of {batch} (median of {args.repeat}): real path {args.calls / real:,.0f} calls/s ({real:.2f} s), raw Arrow insert "
+            f"{args.calls / raw:,.0f} calls/s ({raw:.2f} s): **{ratio:.0%} of raw** "
+            f"(target >= 50%: {'met' if ratio >= 0.5 else 'MISSED'})")
+        print(lines[-1], flush=True)
+    if not args.no_write:
+        _append(args.results, "Ingestion throughput", "python benchmarks/ingest_throughput.py " +
+                " ".join(sys.argv[1:]), lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""A canary API key sent in every position a secret travels in (Authorization bearer, x-api-key,
+api-key, a cookie, a `?api_key=` query parameter, and the provider's secret response headers)
+appears nowhere under the store or spool directories, in no column of the store, and in no log of
+Workbench's."""
+
+from __future__ import annotations
+
+import logging
+
+import anthropic
+import duckdb
+import openai
+
+import workbench
+from workbench.demo.fake_provider import Reply
+
+CANARY = "sk-canary-7d1f0c3e9b2a4c58"
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def test_canary_key_is_never_stored_nor_logged(store, fake_provider, fake_url, caplog):
+    caplog.set_level(logging.DEBUG)
+    secret_response_headers = {"set-cookie": f"session={CANARY}; Path=/", "openai-organization": CANARY,
+                               "openai-project": CANARY, "anthropic-organization-id": CANARY}
+    fake_provider.script(*[Reply(text="ok", headers=secret_response_headers) for _ in range(5)],
+                         Reply(status=401, headers=secret_response_headers))
+    with workbench.run("canary"):
+        bearer = openai.OpenAI(base_url=fake_url + "/v1", api_key=CANARY, max_retries=0,
+                               http_client=workbench.http_client())
+        bearer.chat.completions.create(model="wbt-gpt", messages=MESSAGES)
+        azure_style = openai.OpenAI(
+            base_url=fake_url + "/v1", api_key="placeholder", max_retries=0, http_client=workbench.http_client(),
+            default_headers={"api-key": CANARY, "Cookie": f"session={CANARY}; other=1"},
+            default_query={"api_key": CANARY})
+        azure_style.chat.completions.create(model="wbt-gpt", messages=MESSAGES)
+        azure_style.responses.create(model="wbt-gpt", input="hello")
+        # this anthropic SDK sends its key as a bearer token; x-api-key (the older form) is set here
+        ant = anthropic.Anthropic(base_url=fake_url, api_key=CANARY, max_retries=0,
+                                  http_client=workbench.http_client(), default_query={"key": CANARY},
+                                  default_headers={"x-api-key": CANARY, "Proxy-Authorization": f"Basic {CANARY}"})
+        ant.messages.create(model="wbt-claude", max_tokens=50, messages=MESSAGES)
+        with ant.messages.stream(model="wbt-claude", max_tokens=50, messages=MESSAGES) as stream:
+            stream.get_final_message()
+        try:
+            ant.messages.create(model="wbt-claude", max_tokens=50, messages=MESSAGES)
+        except anthropic.AuthenticationError:
+            pass
+    # the provider really received the canary in each position
+    seen = [request.headers for request in fake_provider.requests]
+    assert any(h.get("authorization") == f"Bearer {CANARY}" for h in seen)
+    assert any(h.get("x-api-key") == CANARY for h in seen)
+    assert any(h.get("api-key") == CANARY for h in seen)
+    assert any(CANARY in h.get("cookie", "") for h in seen)
+    assert any(f"api_key={CANARY}" in request.path for request in fake_provider.requests)
+
+    calls = store.calls()
+    assert len(calls) == 6
+    assert any("api_key=%5Bredacted%5D" in call["url"] or "api_key=[redacted]" in call["url"] for call in calls)
+
+    # every text column of every table
+    con = duckdb.connect(str(store.path), read_only=True)
+    try:
+        columns = con.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE data_type LIKE 'VARCHAR%' AND table_schema = 'main'").fetchall()
+        for table, column in columns:
+            hits = con.execute(f'SELECT count(*) FROM "{table}" WHERE CAST("{column}" AS VARCHAR) LIKE ?',
+                               [f"%{CANARY}%"]).fetchall()[0][0]
+            assert hits == 0, f"{table}.{column}"
+    finally:
+        con.close()
+    # every byte of every file under the store's folder (the DuckDB file, its WAL, the spool files)
+    files = [path for path in store.path.parent.rglob("*") if path.is_file()]
+    assert any(path.suffix == ".jsonl" for path in files) or store.spool_dir.is_dir()
+    assert any(path.name == "wb.duckdb" for path in files)
+    for path in files:
+        assert CANARY.encode() not in path.read_bytes(), path
+    # Workbench's own logs (the SDKs and httpx log URLs and headers at DEBUG themselves; not ours)
+    ours = [record.getMessage() + str(record.exc_info or "") for record in caplog.records
+            if record.name.startswith("workbench")]
+    assert not any(CANARY in text for text in ours)

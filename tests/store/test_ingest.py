@@ -1,0 +1,78 @@
+"""Spool ingestion: batched, idempotent by key, offsets committed with the rows, torn lines ignored,
+the files of dead processes removed once ingested."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import duckdb
+
+from workbench.store.db import open_store
+from workbench.store.ingest import ingest_spools
+from workbench.store.spool import Spool
+
+DEAD = f"{socket.gethostname()}-999999999-deadbeef.jsonl"  # no such pid: its writer is gone
+
+
+def _line(kind: str, row: dict) -> bytes:
+    return (json.dumps({"kind": kind, "row": row}) + "\n").encode()
+
+
+def _call(call_id: str, **extra) -> bytes:
+    return _line("call", {"call_id": call_id, "input_tokens": 3, "output_tokens": 4, "settled": True,
+                          "tool_names": ["a"], "started_at": "2025-01-01T00:00:00+00:00", **extra})
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_torn_lines_are_skipped_and_dead_files_removed(tmp_path):
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    spool.mkdir()
+    # a torn line in the middle (a crash, then the file appended to again), and a torn last line
+    (spool / DEAD).write_bytes(_call("c1") + b'{"kind": "call", "row": {"call_id": "c-to' + b"\n" + _call("c2")
+                               + b'{"kind": "call", "row": {"call_')
+    assert ingest_spools(db, spool) == 2
+    assert _rows(db, "SELECT call_id, input_tokens, tool_names FROM calls ORDER BY call_id") == [
+        ("c1", 3, ["a"]), ("c2", 3, ["a"])]
+    assert not (spool / DEAD).exists()  # its writer is dead; the torn tail will never be completed
+    assert _rows(db, "SELECT count(*) FROM spool_offsets") == [(0,)]
+
+
+def test_ingest_is_idempotent_and_offsets_move(tmp_path):
+    db, spool_dir = tmp_path / "wb.duckdb", tmp_path / "spool"
+    spool = Spool(db, spool_dir, flush_interval_s=3600)  # this process's own (live) spool file
+    spool.append("call", {"call_id": "x1", "input_tokens": 1})
+    spool.append("run", {"run_id": "r1", "name": "job", "status": "running"})
+    spool.flush(ingest=False)
+    assert ingest_spools(db, spool_dir) == 2
+    assert ingest_spools(db, spool_dir) == 0  # nothing new: the offset moved with the rows
+    spool.append("run", {"run_id": "r1", "name": "job", "status": "ok", "billed_calls": 1})
+    spool.append("call", {"call_id": "x1", "input_tokens": 999})  # the same id again: kept once
+    spool.flush(ingest=False)
+    ingest_spools(db, spool_dir)
+    assert _rows(db, "SELECT call_id, input_tokens FROM calls") == [("x1", 1)]
+    assert _rows(db, "SELECT status, billed_calls FROM runs") == [("ok", 1)]  # a run's later row wins
+    # even with its offset forgotten, re-reading the whole file doubles nothing
+    with open_store(db) as con:
+        con.execute("DELETE FROM spool_offsets")
+    ingest_spools(db, spool_dir)
+    assert _rows(db, "SELECT count(*) FROM calls") == [(1,)]
+    assert _rows(db, "SELECT count(*) FROM runs") == [(1,)]
+    assert list(spool_dir.glob("*.jsonl"))  # a live process's file stays
+
+
+def test_running_then_ok_in_one_batch_keeps_the_last(tmp_path):
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    spool.mkdir()
+    (spool / DEAD).write_bytes(_line("run", {"run_id": "r", "status": "running"})
+                               + _line("run", {"run_id": "r", "status": "failed", "error_type": "ValueError"}))
+    ingest_spools(db, spool)
+    assert _rows(db, "SELECT status, error_type FROM runs") == [("failed", "ValueError")]
