@@ -7,17 +7,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import uuid
 from datetime import datetime
 
 from opentelemetry import trace
 
+from workbench.ids import new_id
 from workbench.capture import semconv
 from workbench.capture.runs import Run, current_run
 from workbench.config import Settings, load_settings
 from workbench.models import ModelRegistry, load_registry
 from workbench.store.spool import Spool, spool_for
 from workbench.wire import Call, Exchange, parse_exchange, priced
+from workbench.wire.canonical import request_hash
 from workbench.wire.redact import REDACTED
 
 log = logging.getLogger("workbench.capture")
@@ -33,7 +34,7 @@ class Recorder:
         self._models_seen: set[str] = set()
 
     def call_of(self, exchange: Exchange) -> Call:
-        return priced(parse_exchange(exchange, self.settings.body_cap_bytes), self.registry)
+        return priced(parse_exchange(exchange, self.settings.body_cap_bytes, hash_request=False), self.registry)
 
     def record_call(
         self,
@@ -48,7 +49,7 @@ class Recorder:
         """Parse, price, attribute and spool one call; returns it (None if recording failed)."""
         try:
             call = self.call_of(exchange)
-            call.call_id = uuid.uuid4().hex
+            call.call_id = new_id()
             call.started_at, call.first_byte_at, call.ended_at = times
             call.replayed, call.cassette = replayed, cassette
             # what the transport saw (a cut, an abandoned stream) explains a half body the parser
@@ -65,10 +66,16 @@ class Recorder:
                 call.trace_id, call.span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")
                 parent = getattr(span, "parent", None)
                 call.parent_span_id = format(parent.span_id, "016x") if parent else None
-                _end_span(span, call)
             if run is not None:
-                run.attribute(call)
-            self._spool_call(call)
+                run.attribute(call)  # the bill is exact the moment the call ends
+
+            def finish() -> None:  # on the spool thread: what no caller waits for
+                call.request_hash = request_hash(exchange.method, exchange.url, exchange.request_body)
+                if span is not None:
+                    _end_span(span, call)
+                self._spool_call(call)
+
+            self.spool.defer(finish)
             return call
         except Exception as exc:  # noqa: BLE001 - recording never breaks the application
             self.spool.stats["record_errors"] += 1
@@ -107,7 +114,7 @@ class Recorder:
     def record_compaction(self, run: Run | None, span: trace.Span, attributes: dict) -> None:
         context = span.get_span_context()
         row = {
-            "compaction_id": uuid.uuid4().hex, "run_id": run.run_id if run else None,
+            "compaction_id": new_id(), "run_id": run.run_id if run else None,
             "span_id": format(context.span_id, "016x") if context.is_valid else None,
             "occurred_at": datetime.now().astimezone().isoformat(),
             "limit_tokens": attributes.get("limit"),

@@ -8,7 +8,6 @@ import functools
 import inspect
 import json
 import threading
-import uuid
 from contextvars import ContextVar, Token
 from datetime import datetime, timezone
 
@@ -16,6 +15,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from pydantic import BaseModel
 
+from workbench.ids import new_id
 from workbench.capture import semconv
 from workbench.capture.tracing import tracer
 from workbench.money import minor_units
@@ -51,7 +51,7 @@ def current_run() -> Run | None:
 
 class Run:
     def __init__(self, name: str, kind: str, tags: dict, parent: Run | None, prompt: dict | None) -> None:
-        self.run_id = uuid.uuid4().hex
+        self.run_id = new_id()
         self.name = name
         self.kind = kind
         self.tags = {key: str(value) for key, value in tags.items()}

@@ -9,14 +9,16 @@ import contextvars
 import inspect
 import json
 import subprocess
-import uuid
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 import httpx2
 
+from workbench.ids import new_id
 from workbench.capture import recorder, run
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
@@ -42,9 +44,43 @@ class Network:
     async_: Callable[[], httpx2.AsyncBaseTransport] = httpx2.AsyncHTTPTransport
 
     def transport(self, cassette: Cassette | None) -> httpx2.AsyncBaseTransport:
-        """An async transport for the runtime's providers, through the cassette when there is one."""
-        inner = self.async_()
+        """An async transport for the runtime's providers, through the cassette when there is one.
+        The network transport is built on the first request that reaches it: a replayed case never
+        pays for one (an SSL context costs ~20-60 ms)."""
+        inner = _LazyAsyncTransport(self.async_)
         return inner if cassette is None else AsyncReplayTransport(cassette, inner)
+
+    def sync_transport(self) -> httpx2.BaseTransport:
+        return _LazyTransport(self.sync)
+
+
+class _LazyTransport(httpx2.BaseTransport):
+    def __init__(self, make: Callable[[], httpx2.BaseTransport]) -> None:
+        self._make, self._inner, self._lock = make, None, threading.Lock()
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        with self._lock:
+            if self._inner is None:
+                self._inner = self._make()
+        return self._inner.handle_request(request)
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+
+
+class _LazyAsyncTransport(httpx2.AsyncBaseTransport):
+    def __init__(self, make: Callable[[], httpx2.AsyncBaseTransport]) -> None:
+        self._make, self._inner = make, None
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        if self._inner is None:
+            self._inner = self._make()
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        if self._inner is not None:
+            await self._inner.aclose()
 
 
 @dataclass
@@ -59,10 +95,10 @@ class EvalContext:
 
     def http_client(self, **kwargs) -> httpx2.Client:
         """An httpx2 client for the `openai` / `anthropic` SDKs: recorded, replayed from the cassette."""
-        return http_client(self.cassette, transport=self.network.sync(), **kwargs)
+        return http_client(self.cassette, transport=self.network.sync_transport(), **kwargs)
 
     def async_http_client(self, **kwargs) -> httpx2.AsyncClient:
-        return async_http_client(self.cassette, transport=self.network.async_(), **kwargs)
+        return async_http_client(self.cassette, transport=_LazyAsyncTransport(self.network.async_), **kwargs)
 
     @property
     def transport(self) -> httpx2.AsyncBaseTransport:
@@ -112,12 +148,13 @@ class EvalRun:
         return self.prompt.model
 
 
-def git_commit() -> str | None:
+def git_commit(where: Path | None = None) -> str | None:
+    """The commit checked out where the suite lives (not where the command happens to run)."""
     try:
-        result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        result = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=where)
     except (OSError, subprocess.SubprocessError):
         return None
-    return result.stdout.strip() or None
+    return (result.stdout.strip() or None) if result.returncode == 0 else None
 
 
 def _output_text(output: Any) -> str:
@@ -141,6 +178,7 @@ class _Judge:
 
     def __init__(self, suite: Suite, cassette: Cassette | None, eval_run: EvalRun, network: Network):
         self.suite, self.cassette, self.eval_run, self.network = suite, cassette, eval_run, network
+        self._lock = threading.Lock()  # judges run in worker threads; their bills add up under it
 
     def __call__(self, judge_prompt: Prompt, variables: dict, case_id: str):
         def judged():
@@ -151,19 +189,39 @@ class _Judge:
                 else:
                     reply = _runtime_answer(self.suite, judge_prompt, variables, self.network.transport(self.cassette),
                                             model=self.suite.judge)
-            self.eval_run.judge_cost_micros += judge_run.billed.cost_micros
+            with self._lock:
+                self.eval_run.judge_cost_micros += judge_run.billed.cost_micros
             return reply
 
         return contextvars.Context().run(judged)  # a fresh context: not inside the case's run
 
 
 def _runtime_answer(suite: Suite, prompt: Prompt, variables: dict, transport, model: str | None = None):
-    """The prompt through Workbench's runtime, its providers on `transport`."""
+    """The prompt through Workbench's runtime, its providers on `transport` (the sync path: judges)."""
     from workbench.runtime.gateway import Gateway
     from workbench.runtime.llm import llm
 
     gateway = Gateway(suite_providers(suite, transport), default_model=prompt.model)
     return llm(gateway, prompt, variables, output=prompt.output_type, model=model)
+
+
+class _RuntimeAnswerer:
+    """The cases' prompt through the runtime: ONE gateway for the whole suite run, on the runner's
+    event loop (not a gateway, a thread and an event loop per case)."""
+
+    def __init__(self, suite: Suite, prompt: Prompt, transport) -> None:
+        from workbench.runtime.gateway import Gateway
+
+        self.prompt = prompt
+        self.gateway = Gateway(suite_providers(suite, transport), default_model=prompt.model)
+
+    async def __call__(self, variables: dict):
+        from workbench.runtime.llm import llm_async
+
+        return await llm_async(self.gateway, self.prompt, variables, output=self.prompt.output_type)
+
+    async def close(self) -> None:
+        await self.gateway.release_loop()
 
 
 def suite_providers(suite: Suite, transport) -> list:
@@ -190,15 +248,16 @@ async def run_suite(
     judge_cassette = None
     if suite.judge is not None and mode != "live":
         judge_cassette = Cassette(suite.judge_cassette_path, mode)
-    eval_run = EvalRun(uuid.uuid4().hex, suite, prompt, mode, git_commit=git_commit(),
+    eval_run = EvalRun(new_id(), suite, prompt, mode, git_commit=git_commit(suite.file.parent),
                        started_at=datetime.now(timezone.utc))
     network = network or Network()
     judge = _Judge(suite, judge_cassette, eval_run, network) if suite.judge is not None else None
     limit = asyncio.Semaphore(max(1, suite.concurrency))
+    answer = _RuntimeAnswerer(suite, prompt, network.transport(cassette)) if suite.target is None else None
 
     async def one(case: Case) -> CaseResult:
         async with limit:
-            result = await _run_case(suite, prompt, case, cassette, judge, network)
+            result = await _run_case(suite, prompt, case, cassette, judge, network, answer)
             if progress is not None:
                 progress()
             return result
@@ -206,6 +265,8 @@ async def run_suite(
     try:
         results = await asyncio.gather(*(one(case) for case in suite.cases), return_exceptions=True)
     finally:
+        if answer is not None:
+            await answer.close()
         for used in (cassette, judge_cassette):
             if used is not None:
                 used.save()
@@ -215,22 +276,23 @@ async def run_suite(
     for result in results:
         if isinstance(result, BaseException):
             raise result
-    eval_run.results = sorted(results, key=lambda result: [case.id for case in suite.cases].index(result.case_id))
+    eval_run.results = list(results)  # gather keeps the cases' order
     eval_run.ended_at = datetime.now(timezone.utc)
     return eval_run
 
 
 async def _run_case(
-    suite: Suite, prompt: Prompt, case: Case, cassette: Cassette | None, judge, network: Network
+    suite: Suite, prompt: Prompt, case: Case, cassette: Cassette | None, judge, network: Network, answer=None
 ) -> CaseResult:
     context = EvalContext(suite, prompt, case, cassette, network)
     error = None
-    with run(f"eval:{suite.name}:{case.id}", kind="eval_case", prompt=prompt.ref, suite=suite.name, case=case.id) as case_run:
+    with run(f"eval:{suite.name}:{case.id}", kind="eval_case", prompt=prompt.ref, suite=suite.name, case=case.id,
+             vars=json.dumps(case.vars, sort_keys=True, ensure_ascii=False, default=str)) as case_run:
         try:
             if suite.target is not None:
                 output = await _call(suite.target, case.vars, context)
             else:
-                output = await _call(_runtime_answer, suite, prompt, case.vars, context.transport)
+                output = await answer(case.vars)
         except WorkbenchError as exc:
             if exc.code not in CASE_FAILURES:
                 raise

@@ -1,8 +1,13 @@
 """Recording without waiting on DuckDB: each process appends its records, as JSON lines, to a spool
-file of its own; a background thread writes a batch every `flush_interval_s` and then tries to
-ingest every spool into the store. A crash loses at most the batch not yet written (at most one
-interval); a torn last line is ignored by ingestion. Recording is fail-open: errors are logged once
-and counted in `stats`, and the application's call goes on."""
+file of its own; a background thread writes a batch every `flush_interval_s`. A crash loses at most
+the batch not yet written (at most one interval); a torn last line is ignored by ingestion.
+
+The application's thread only hands records over: encoding them, and any work a recorder defers
+(`defer`), happen on the spool thread. Ingestion into DuckDB is the readers' job first — the
+dashboard and every report ingest pending spools before they read — so a recording process ingests
+only now and then (`INGEST_EVERY_S`, or after `INGEST_AFTER_RECORDS`), at exit, and on
+`workbench.flush()`: DuckDB work in the application's process competes with it for the GIL.
+Recording is fail-open: errors are logged once and counted in `stats`, and the call goes on."""
 
 from __future__ import annotations
 
@@ -12,14 +17,19 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("workbench.store")
 
 # a process that cannot write its spool keeps at most this many records in memory, then drops
 MAX_PENDING = 200_000
+# a recording process ingests spools itself this often, or once this many records wait
+INGEST_EVERY_S = 10.0
+INGEST_AFTER_RECORDS = 5_000
 
 
 class Spool:
@@ -28,7 +38,8 @@ class Spool:
         self.spool_dir = Path(spool_dir)
         self.flush_interval_s = flush_interval_s
         self.stats: Counter[str] = Counter()
-        self._pending: list[str] = []
+        self._pending: list[tuple[str, dict]] = []
+        self._deferred: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._wake = threading.Event()
@@ -39,21 +50,45 @@ class Spool:
         self._stopping = False
         # records written to the spool file that no ingestion has been tried on since: an idle
         # recorder does not open the store every interval
-        self._to_ingest = False
+        self._to_ingest = 0
+        self._ingested_at = time.monotonic()
 
-    # called from any thread, on the application's path: append to memory only
+    # called from any thread, on the application's path: hand over, nothing more
     def append(self, kind: str, row: dict) -> None:
-        try:
-            line = json.dumps({"kind": kind, "row": row}, default=str, separators=(",", ":"))
-        except (TypeError, ValueError) as exc:
-            self._fail("encode", exc)
-            return
+        """Queue one record; `row` must not change afterwards (it is encoded later)."""
         with self._lock:
             if len(self._pending) >= MAX_PENDING:
                 self.stats["dropped"] += 1
                 return
-            self._pending.append(line)
+            self._pending.append((kind, row))
         self._ensure_thread()
+
+    def defer(self, work: Callable[[], None]) -> None:
+        """Run `work` on the spool thread before the next write (it may `append` records)."""
+        with self._lock:
+            self._deferred.append(work)
+        self._ensure_thread()
+
+    def _run_deferred(self) -> None:
+        while True:
+            with self._lock:
+                work, self._deferred = self._deferred, []
+            if not work:
+                return
+            for item in work:
+                try:
+                    item()
+                except Exception as exc:  # noqa: BLE001 - one bad record never stops the others
+                    self._fail("record", exc)
+
+    def _encode(self, batch: list[tuple[str, dict]]) -> list[str]:
+        lines = []
+        for kind, row in batch:
+            try:
+                lines.append(json.dumps({"kind": kind, "row": row}, default=str, separators=(",", ":")))
+            except (TypeError, ValueError) as exc:
+                self._fail("encode", exc)
+        return lines
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
@@ -70,7 +105,8 @@ class Spool:
             self._wake.wait(self.flush_interval_s)
             self._wake.clear()
             if not self._stopping:
-                self.flush(ingest=True)
+                due = time.monotonic() - self._ingested_at >= INGEST_EVERY_S
+                self.flush(ingest=due or self._to_ingest >= INGEST_AFTER_RECORDS)
 
     def stop(self) -> None:
         """End the background thread (at exit: DuckDB must not run in a thread while Python ends)."""
@@ -90,11 +126,13 @@ class Spool:
     def flush(self, ingest: bool = True) -> None:
         """Write pending records to this process's spool file, then (optionally) ingest spools."""
         with self._write_lock:
+            self._run_deferred()
             with self._lock:
                 batch, self._pending = self._pending, []
-            if batch:
+            lines = self._encode(batch)
+            if lines:
                 try:
-                    data = ("\n".join(batch) + "\n").encode("utf-8")
+                    data = ("\n".join(lines) + "\n").encode("utf-8")
                     fd = os.open(self._path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     try:
                         view = memoryview(data)
@@ -102,8 +140,8 @@ class Spool:
                             view = view[os.write(fd, view):]
                     finally:
                         os.close(fd)
-                    self.stats["written"] += len(batch)
-                    self._to_ingest = True
+                    self.stats["written"] += len(lines)
+                    self._to_ingest += len(lines)
                 except OSError as exc:
                     self._fail("write", exc)
                     with self._lock:  # keep them for the next try, oldest first
@@ -112,12 +150,13 @@ class Spool:
         if ingest and self._to_ingest:
             from workbench.store.ingest import try_ingest
 
-            self._to_ingest = False
+            waiting, self._to_ingest = self._to_ingest, 0
+            self._ingested_at = time.monotonic()
             try:
                 if try_ingest(self.db_path, self.spool_dir) is None:
-                    self._to_ingest = True  # another process holds the store: try again next time
+                    self._to_ingest = waiting  # another process holds the store: try again later
             except Exception as exc:  # noqa: BLE001 - fail-open: the spool keeps the records
-                self._to_ingest = True
+                self._to_ingest = waiting
                 self._fail("ingest", exc)
 
     def _fail(self, what: str, exc: BaseException) -> None:

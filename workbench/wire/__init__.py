@@ -74,10 +74,12 @@ def is_complete(wire: Wire, body: bytes, content_encoding: str | None = None) ->
     return parser.is_complete(parse_events(text))
 
 
-def parse_exchange(exchange: Exchange, body_cap: int = _DEFAULT_CAP) -> Call:
+def parse_exchange(exchange: Exchange, body_cap: int = _DEFAULT_CAP, hash_request: bool = True) -> Call:
+    """The normalized call. `hash_request=False` leaves `request_hash` to the caller (the recorder
+    computes it off the application's thread)."""
     call = Call(url=redact_url(exchange.url), method=exchange.method.upper(), http_status=exchange.status)
     try:
-        _parse(call, exchange, body_cap)
+        _parse(call, exchange, body_cap, hash_request)
     except Exception as exc:  # noqa: BLE001 - a parser never breaks the caller; the reason is kept
         call.error_type = "unparseable"
         call.error_message = f"{type(exc).__name__}: {exc}"[:500]
@@ -85,10 +87,11 @@ def parse_exchange(exchange: Exchange, body_cap: int = _DEFAULT_CAP) -> Call:
     return call
 
 
-def _parse(call: Call, exchange: Exchange, body_cap: int) -> None:
+def _parse(call: Call, exchange: Exchange, body_cap: int, hash_request: bool) -> None:
     call.wire = wire_of(exchange.method, exchange.url)
     call.provider = provider_of(exchange.url, call.wire)
-    call.request_hash = request_hash(exchange.method, exchange.url, exchange.request_body)
+    if hash_request:
+        call.request_hash = request_hash(exchange.method, exchange.url, exchange.request_body)
     request_headers = _headers(exchange.request_headers)
     response_headers = _headers(exchange.response_headers)
     request_text = decode_body(exchange.request_body, request_headers.get("content-encoding")).decode("utf-8", "replace")
