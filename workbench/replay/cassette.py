@@ -105,6 +105,12 @@ def _interaction(raw: dict) -> Interaction:
 
 def parse_cassette(text: str | bytes, name: str = "<cassette>") -> list[Interaction]:
     """Interactions of a cassette's text, JSON or YAML; anything else is WB_CASSETTE_INVALID."""
+    return parse_cassette_with_meta(text, name)[0]
+
+
+def parse_cassette_with_meta(text: str | bytes, name: str = "<cassette>") -> tuple[list[Interaction], dict]:
+    """The interactions and Workbench's own mapping in the file (`workbench`: format, request
+    hashes), parsed once; the mapping is empty for a cassette another tool wrote."""
     try:
         stripped = text.lstrip()
         if stripped[:1] in ("{", b"{"):
@@ -134,10 +140,15 @@ def parse_cassette(text: str | bytes, name: str = "<cassette>") -> list[Interact
                 f"{name} interaction {index} is malformed: {type(exc).__name__}: {exc}",
                 f"remove or re-record interaction {index} of {name}",
             ) from exc
-    return interactions
+    meta = data.get("workbench")
+    return interactions, meta if isinstance(meta, dict) else {}
 
 
 def load_cassette(path: Path | str) -> list[Interaction]:
+    return load_cassette_with_meta(path)[0]
+
+
+def load_cassette_with_meta(path: Path | str) -> tuple[list[Interaction], dict]:
     path = Path(path)
     try:
         text = path.read_bytes()
@@ -145,7 +156,7 @@ def load_cassette(path: Path | str) -> list[Interaction]:
         raise WorkbenchError(
             "WB_CASSETTE_NOT_FOUND", f"no cassette at {path}", f"record it: WORKBENCH_RECORD_MODE=record <your command>"
         ) from exc
-    return parse_cassette(text, str(path))
+    return parse_cassette_with_meta(text, str(path))
 
 
 # --- writing -------------------------------------------------------------------------------------

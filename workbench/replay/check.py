@@ -51,7 +51,9 @@ def check_cassette(path: Path) -> CassetteReport:
     if played.is_file():
         try:
             record = json.loads(played.read_text())
-            report.never_played = [index for index in range(len(interactions)) if index not in set(record["played"])]
+            played_indices = set(record["played"])
+            if record.get("interactions", len(interactions)) == len(interactions):  # else: re-recorded since
+                report.never_played = [index for index in range(len(interactions)) if index not in played_indices]
         except (ValueError, KeyError, OSError):
             report.never_played = None
     return report

@@ -6,7 +6,9 @@ that differs, with a short diff for text."""
 from __future__ import annotations
 
 import difflib
+import heapq
 import json
+import re
 import threading
 from collections import defaultdict
 from urllib.parse import urlsplit
@@ -34,14 +36,18 @@ class CassetteIndex:
         self._next: dict[str, int] = defaultdict(int)
         self.played: set[int] = set()
         self._lock = threading.Lock()
+        self._words: list[frozenset[bytes]] = []  # word sets of request bodies, built at the first miss
 
-    def take(self, digest: str) -> int | None:
-        """The next unplayed recording of `digest`; once all are played, the last one again."""
+    def take(self, digest: str, repeat: bool = True) -> int | None:
+        """The next unplayed recording of `digest`; once all are played, the last one again when
+        `repeat` (replay mode), else None (record mode: a retry of a recorded error is missing)."""
         with self._lock:
             indices = self._by_hash.get(digest)
             if not indices:
                 return None
             position = self._next[digest]
+            if position >= len(indices) and not repeat:
+                return None
             index = indices[min(position, len(indices) - 1)]
             self._next[digest] = position + 1
             self.played.add(index)
@@ -59,29 +65,57 @@ class CassetteIndex:
             return index
 
     def closest(self, method: str, url: str, body: bytes) -> tuple[Interaction | None, str]:
-        """The recording most like the request, and a description of the first difference."""
-        path = urlsplit(url).path
-        wanted = canonical_body(body)
-        best, best_score = None, -1.0
-        for interaction in self.interactions:
-            score = 0.0
-            if interaction.request.method == method.upper():
-                score += 1
-            if urlsplit(interaction.request.uri).path == path:
-                score += 2
-            other = canonical_body(interaction.request.body)
-            score += difflib.SequenceMatcher(
-                None, json.dumps(wanted, sort_keys=True)[:4000], json.dumps(other, sort_keys=True)[:4000]
-            ).quick_ratio()
-            if score > best_score:
-                best, best_score = interaction, score
-        if best is None:
+        """The recording most like the request, and a description of the first difference.
+
+        Two passes, so a miss answers quickly in a cassette of thousands: every recording is ranked
+        by method, path and the overlap of the words of its body (word sets are built once per
+        index), then the few best are compared character by character on their canonical JSON."""
+        if not self.interactions:
             return None, "the cassette has no recordings"
-        if best.request.method != method.upper():
-            return best, f"method: recorded {best.request.method}, requested {method.upper()}"
-        if urlsplit(best.request.uri).path != path:
-            return best, f"path: recorded {urlsplit(best.request.uri).path}, requested {path}"
+        method, path = method.upper(), urlsplit(url).path
+        words = self._word_sets()
+        wanted_words = _words(body)
+
+        def coarse(index: int) -> float:
+            request = self.interactions[index].request
+            other = words[index]
+            union = len(other | wanted_words) or 1
+            return (request.method == method) + 2 * (_path(request.uri) == path) + len(other & wanted_words) / union
+
+        candidates = heapq.nlargest(_REFINED, range(len(self.interactions)), key=coarse)
+        wanted = canonical_body(body)
+        matcher = difflib.SequenceMatcher(None, b=json.dumps(wanted, sort_keys=True)[:4000], autojunk=False)
+
+        def fine(index: int) -> float:
+            request = self.interactions[index].request
+            matcher.set_seq1(json.dumps(canonical_body(request.body), sort_keys=True)[:4000])
+            return (request.method == method) + 2 * (_path(request.uri) == path) + matcher.quick_ratio()
+
+        best = self.interactions[max(candidates, key=lambda index: (fine(index), -index))]
+        if best.request.method != method:
+            return best, f"method: recorded {best.request.method}, requested {method}"
+        if _path(best.request.uri) != path:
+            return best, f"path: recorded {_path(best.request.uri)}, requested {path}"
         return best, first_difference(canonical_body(best.request.body), wanted)
+
+    def _word_sets(self) -> list[frozenset[bytes]]:
+        with self._lock:
+            cached = self._words
+            for interaction in self.interactions[len(cached):]:
+                cached.append(_words(interaction.request.body))
+            return cached
+
+
+_REFINED = 8  # recordings compared character by character after the word ranking
+_WORD = re.compile(rb"[A-Za-z0-9_]+")
+
+
+def _words(body: bytes) -> frozenset[bytes]:
+    return frozenset(_WORD.findall(body[:65536]))
+
+
+def _path(uri: str) -> str:
+    return urlsplit(uri).path
 
 
 def first_difference(recorded, requested, where: str = "body") -> str:

@@ -51,6 +51,30 @@ def workbench_cassette(request: pytest.FixtureRequest):
     cassette = Cassette(path, mode)
     yield cassette
     cassette.save()
-    if cassette.misses:
-        miss = cassette.misses[0]
-        pytest.fail(f"{miss.code}: {miss.cause}\nfix: {miss.fix}", pytrace=False)
+    reported = getattr(cassette, "_misses_reported", 0)
+    if len(cassette.misses) > reported:  # a miss after the test body (in another fixture's teardown)
+        pytest.fail(_miss_text(cassette.misses[reported]), pytrace=False)
+
+
+def _miss_text(miss) -> str:
+    return f"{miss.code}: {miss.cause}\nfix: {miss.fix}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A replay miss fails the test itself (not only its teardown), even when the code under test
+    swallowed the SDK's error; a test that failed anyway gets the miss as a report section."""
+    outcome = yield
+    if call.when != "call":
+        return
+    cassette = getattr(item, "funcargs", {}).get("workbench_cassette")
+    if cassette is None or not getattr(cassette, "misses", None):
+        return
+    report = outcome.get_result()
+    text = _miss_text(cassette.misses[0])
+    if report.passed:
+        report.outcome = "failed"
+        report.longrepr = text
+    else:
+        report.sections.append(("workbench replay miss", text))
+    cassette._misses_reported = len(cassette.misses)

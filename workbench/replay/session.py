@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -16,23 +17,14 @@ from pathlib import Path
 
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
-from workbench.replay.cassette import Interaction, load_cassette, parse_cassette, write_cassette
+from workbench.replay.cassette import Interaction, load_cassette_with_meta, parse_cassette_with_meta, write_cassette
 from workbench.replay.matcher import CassetteIndex
 from workbench.replay.scrub import BodyHook, scrub
 
 MODES = ("replay", "record", "rerecord", "live")
+# one replay run: this process, or every worker of one pytest-xdist run
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(datetime.now(timezone.utc).timestamp())}"
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
-
-
-def _stored_hashes(path: Path) -> list[str | None] | None:
-    """Request hashes Workbench stored beside the interactions, so loading skips rehashing."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        if not text.lstrip().startswith("{"):
-            return None
-        return json.loads(text).get("workbench", {}).get("request_hashes")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def played_record_path(cassette: Path) -> Path:
@@ -55,12 +47,20 @@ class Cassette:
         self._lock = threading.Lock()
         interactions: list[Interaction] = []
         hashes = None
-        if self.mode in ("replay", "record") and self.path.exists():
-            interactions = [scrub(item) for item in load_cassette(self.path)]
-            hashes = _stored_hashes(self.path)
-            if hashes is not None and len(hashes) != len(interactions):
-                hashes = None
-        self.index = CassetteIndex(interactions, hashes)
+        # a load allocates a few objects per interaction and frees none: collecting meanwhile only costs time
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            if self.mode in ("replay", "record") and self.path.exists():
+                loaded, meta = load_cassette_with_meta(self.path)
+                interactions = [scrub(item) for item in loaded]
+                hashes = meta.get("request_hashes")
+                if not isinstance(hashes, list) or len(hashes) != len(interactions):
+                    hashes = None
+            self.index = CassetteIndex(interactions, hashes)
+        finally:
+            if collecting:
+                gc.enable()
         self._new: list[Interaction] = []
         _open.add(self)
 
@@ -105,12 +105,17 @@ class Cassette:
         lock = os.open(self.path.parent, os.O_RDONLY)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            known = None
             if self.mode == "rerecord":
                 merged = list(self.index.interactions)
             else:
-                on_disk = parse_cassette(self.path.read_bytes(), str(self.path)) if self.path.exists() else []
+                on_disk, meta = (parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
+                                 if self.path.exists() else ([], {}))
                 merged = [scrub(item) for item in on_disk] + new
-            hashes = CassetteIndex(merged).hashes
+                stored = meta.get("request_hashes")
+                if isinstance(stored, list) and len(stored) == len(on_disk):  # not rehashed on every save
+                    known = stored + [None] * len(new)
+            hashes = CassetteIndex(merged, known).hashes
             write_cassette(self.path, merged, {"request_hashes": hashes})
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -118,15 +123,32 @@ class Cassette:
         self._save_played()
 
     def _save_played(self) -> None:
+        """What this session played, merged with what other sessions of the same run played (a test
+        suite opens one session per test, and pytest-xdist workers share one run id)."""
         if self.mode != "replay" or not self.path.exists():
             return
         record = played_record_path(self.path)
         try:
             record.parent.mkdir(parents=True, exist_ok=True)
-            record.write_text(json.dumps({
-                "cassette": str(self.path.resolve()), "at": datetime.now(timezone.utc).isoformat(),
-                "interactions": len(self.index.interactions), "played": sorted(self.index.played),
-            }))
+            lock = os.open(record.parent, os.O_RDONLY)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                played = set(self.index.played)
+                try:
+                    previous = json.loads(record.read_text())
+                    if previous.get("run") == _RUN and previous.get("interactions") == len(self.index.interactions):
+                        played.update(previous.get("played", []))
+                except (OSError, ValueError, AttributeError):
+                    pass
+                temporary = record.with_name(f".{record.name}.{os.getpid()}")
+                temporary.write_text(json.dumps({
+                    "cassette": str(self.path.resolve()), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
+                    "interactions": len(self.index.interactions), "played": sorted(played),
+                }))
+                os.replace(temporary, record)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                os.close(lock)
         except OSError:
             pass  # the stale check is advisory; replay itself must not fail on it
 
