@@ -13,8 +13,6 @@ import workbench
 from fixtures.capture_store import Store, register_test_models
 from workbench.config import settings
 
-pytest_plugins = ["pytester"]
-
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
