@@ -30,7 +30,9 @@ _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
 def played_record_path(cassette: Path) -> Path:
     """Where the last replay run's played interactions are kept (not beside the committed file)."""
     key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
-    return Path(settings().db).parent / "replay" / f"{key}.json"
+    from workbench.capture.recorder import recorder
+
+    return Path(recorder().settings.db).parent / "replay" / f"{key}.json"
 
 
 class Cassette:
