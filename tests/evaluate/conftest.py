@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import workbench
+from eval_support import examples_copy, set_answers
 
 
 @pytest.fixture
@@ -45,21 +43,7 @@ def project(tmp_path):
     return make
 
 
-def set_answers(root: Path, answers: dict) -> None:
-    import json
-
-    (root / "evals" / "answers.json").write_text(json.dumps(answers))
-
-
-def workbench_cli(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    import os
-
-    environment = {**os.environ, "WORKBENCH_DB": str(root / "wb.duckdb"), **(env or {})}
-    environment.pop("WORKBENCH_EVAL_RECORD", None) if env is None or "WORKBENCH_EVAL_RECORD" not in env else None
-    return subprocess.run(
-        [sys.executable, "-m", "workbench", *args], cwd=root, capture_output=True, text=True, env=environment, timeout=120
-    )
-
-
-def dedent(text: str) -> str:
-    return textwrap.dedent(text).lstrip()
+@pytest.fixture
+def examples(tmp_path) -> Path:
+    """A fresh copy of the repository's example suites, cassettes and models.toml (what a clone has)."""
+    return examples_copy(tmp_path / "repo")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import set_answers, workbench_cli
+from eval_support import set_answers, workbench_cli
 
 
 def test_a_run_equal_to_its_baseline_passes(project):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,9 @@ class Prompt(BaseModel):
             data = {**data, "output": output.model_json_schema(), "output_type": output}
         return data
 
-    @property
+    @cached_property
     def hash(self) -> str:
+        # computed once: the prompt is frozen, and every case, call and result carries it
         return digest(self.model_dump(mode="json", exclude={"output_type"}))
 
     @property

@@ -121,20 +121,31 @@ def to_markdown(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+CONSOLE_ALL_CASES = 50  # up to this many cases the console lists every one
+
+
 def print_console(outcomes: list[Outcome], console: Console) -> None:
     for outcome in outcomes:
         data = summary(outcome)
         table = Table(title=f"{data['suite']} — {data['prompt']['id']}@{data['prompt']['version']} ({data['mode']})")
         for name in ("case", "score", "baseline", "Δ", "cost", "status"):
             table.add_column(name, justify="left" if name in {"case", "status"} else "right")
-        for row in data["cases"]:
+        rows = data["cases"]
+        if len(rows) > CONSOLE_ALL_CASES:  # a long suite: the cases that moved or failed, then a count
+            rows = [row for row in rows if row["status"] in ("fail", "error") or row["delta"] not in (None, 0)]
+        for row in rows:
             style = {"fail": "red", "error": "red", "pass": "green"}.get(row["status"], "")
             table.add_row(
                 row["case"], f"{row['score']:.2f}", _fmt(row["baseline"]),
                 "" if row["delta"] is None else f"{row['delta']:+.2f}", format_exact(row["cost_micros"]),
                 f"[{style}]{row['status']}[/]" if style else row["status"],
             )
-        console.print(table)
+        if rows:
+            console.print(table)
+        if len(rows) < len(data["cases"]):
+            what = "recorded" if data["verdict"] == "recorded" else "scored as in the baseline"
+            console.print(f"{len(data['cases']) - len(rows)} of {len(data['cases'])} cases {what} "
+                          f"(not listed; every case is in --json and --junit)")
         console.print(
             f"mean {data['mean']:.4f}" + (f" vs baseline {data['baseline_mean']:.4f}" if data["baseline_mean"] is not None else "")
             + f", cost {format_micros(data['cost_micros'])}, verdict [bold]{data['verdict']}[/]"

@@ -303,7 +303,7 @@ async def _run_case(
             scores[scorer.name] = Score(0.0, f"{error.code}: {error.cause}"[:200], assertion=True)
             continue
         score_context = ScoreContext(case.id, case.vars, output, case.expected, case.metadata, case_run.calls, judge)
-        scores[scorer.name] = await _call(scorer, score_context)
+        scores[scorer.name] = scorer(score_context) if scorer.inline else await _call(scorer, score_context)
     billed = case_run.billed
     cost = None if billed.unpriced_calls else billed.cost_micros
     return CaseResult(case.id, output, scores, cost, case_run.run_id, error)

@@ -54,10 +54,12 @@ def _as_data(output: Any) -> Any:
 class Scorer:
     """A named scoring function over a `ScoreContext`."""
 
-    def __init__(self, name: str, function: Callable[[ScoreContext], Any], prompt=None) -> None:
+    def __init__(self, name: str, function: Callable[[ScoreContext], Any], prompt=None, inline: bool = False) -> None:
         self.name = name
         self.function = function
         self.prompt = prompt  # a judge's own prompt: named by the suite, checked like any other
+        # the built-ins are pure and fast: the runner calls them on its loop, not through a thread
+        self.inline = inline
 
     def __call__(self, context: ScoreContext) -> Score:
         return to_score(self.function(context), self.name)
@@ -109,7 +111,7 @@ def exact(field: str | None = None) -> Scorer:
         same = got.strip() == want.strip() if isinstance(got, str) and isinstance(want, str) else got == want
         return Score(1.0 if same else 0.0, f"got {_text(got)[:80]!r}, expected {_text(want)[:80]!r}", assertion=True)
 
-    return Scorer(f"exact[{field}]" if field else "exact", score)
+    return Scorer(f"exact[{field}]" if field else "exact", score, inline=True)
 
 
 def contains(text: str | None = None, case_sensitive: bool = False) -> Scorer:
@@ -121,7 +123,7 @@ def contains(text: str | None = None, case_sensitive: bool = False) -> Scorer:
         found = needle in haystack if case_sensitive else needle.lower() in haystack.lower()
         return Score(1.0 if found else 0.0, f"{needle!r} {'found' if found else 'not found'}", assertion=True)
 
-    return Scorer(f"contains[{text}]" if text else "contains", score)
+    return Scorer(f"contains[{text}]" if text else "contains", score, inline=True)
 
 
 def regex(pattern: str) -> Scorer:
@@ -131,7 +133,7 @@ def regex(pattern: str) -> Scorer:
         found = compiled.search(_text(context.output)) is not None
         return Score(1.0 if found else 0.0, f"/{pattern}/ {'matched' if found else 'did not match'}", assertion=True)
 
-    return Scorer(f"regex[{pattern}]", score)
+    return Scorer(f"regex[{pattern}]", score, inline=True)
 
 
 def json_valid() -> Scorer:
@@ -142,7 +144,7 @@ def json_valid() -> Scorer:
             return Score(0.0, f"not JSON: {exc}", assertion=True)
         return Score(1.0, "valid JSON", assertion=True)
 
-    return Scorer("json_valid", score)
+    return Scorer("json_valid", score, inline=True)
 
 
 def json_schema_valid(schema: dict) -> Scorer:
@@ -159,7 +161,7 @@ def json_schema_valid(schema: dict) -> Scorer:
             return Score(0.0, f"{where}: {errors[0].message}", assertion=True)
         return Score(1.0, "matches the schema", assertion=True)
 
-    return Scorer("json_schema_valid", score)
+    return Scorer("json_schema_valid", score, inline=True)
 
 
 def numeric_tolerance(field: str | None = None, tolerance: float = 0.0, relative: bool = False) -> Scorer:
@@ -175,7 +177,7 @@ def numeric_tolerance(field: str | None = None, tolerance: float = 0.0, relative
         ok = abs(got - want) <= allowed
         return Score(1.0 if ok else 0.0, f"got {got}, expected {want} ± {allowed}", assertion=True)
 
-    return Scorer(f"numeric_tolerance[{field or 'value'}±{tolerance}{'x' if relative else ''}]", score)
+    return Scorer(f"numeric_tolerance[{field or 'value'}±{tolerance}{'x' if relative else ''}]", score, inline=True)
 
 
 def _field(value: Any, field: str | None) -> Any:

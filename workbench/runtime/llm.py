@@ -6,6 +6,7 @@ hit its token ceiling is `WB_LLM_TRUNCATED` (checked before validating: a cut an
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ValidationError
@@ -93,7 +94,11 @@ async def llm_async(
     """One model call under a run of kind `llm`: the text, or an instance of `output`."""
     prompt = as_prompt(prompt)
     name = getattr(prompt, "id", None) or "llm"
-    async with run(name, kind="llm", prompt=prompt_tags(prompt)):
+    # the variables as a run tag, so captured traffic can become eval cases (`workbench eval
+    # cases-from-runs`); tags are not size-capped like bodies, so over 64 KB they are left out
+    encoded = json.dumps(dict(vars or {}), sort_keys=True, ensure_ascii=False, default=str)
+    tags = {"vars": encoded} if len(encoded) <= 65536 else {}
+    async with run(name, kind="llm", prompt=prompt_tags(prompt), **tags):
         with budget_scope(budget if budget is not None else gateway.budget, name):
             model_name, spec = gateway.resolve(model, prompt)
             ceiling = min(max_tokens or DEFAULT_MAX_TOKENS, spec.max_output)
