@@ -18,7 +18,7 @@ from workbench.config import Settings, load_settings
 from workbench.models import ModelRegistry, load_registry
 from workbench.store.spool import Spool, spool_for
 from workbench.wire import Call, Exchange, parse_exchange, priced
-from workbench.wire.canonical import request_hash
+from workbench.wire.canonical import request_hash as hash_request
 from workbench.wire.redact import REDACTED
 
 log = logging.getLogger("workbench.capture")
@@ -45,6 +45,7 @@ class Recorder:
         replayed: bool = False,
         cassette: str | None = None,
         error: str | None = None,
+        request_hash: str | None = None,
     ) -> Call | None:
         """Parse, price, attribute and spool one call; returns it (None if recording failed)."""
         try:
@@ -69,8 +70,10 @@ class Recorder:
             if run is not None:
                 run.attribute(call)  # the bill is exact the moment the call ends
 
+            known_hash = request_hash
+
             def finish() -> None:  # on the spool thread: what no caller waits for
-                call.request_hash = request_hash(exchange.method, exchange.url, exchange.request_body)
+                call.request_hash = known_hash or hash_request(exchange.method, exchange.url, exchange.request_body)
                 if span is not None:
                     _end_span(span, call)
                 self._spool_call(call)

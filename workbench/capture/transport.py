@@ -26,8 +26,10 @@ MAX_TEED_BYTES = 32 * 1024 * 1024
 _SUPPRESS = otel_context._SUPPRESS_INSTRUMENTATION_KEY  # the SDK's own "do not record me" flag
 # set while a recording transport calls the one inside it, so `instrument()` does not record twice
 RECORDING: ContextVar[bool] = ContextVar("workbench_recording", default=False)
-# response extension a replay transport sets to the cassette a response was served from
+# response extensions a replay transport sets: the cassette a response was served from, and the
+# canonical request hash it already computed (so capture does not hash the body twice)
 REPLAYED_FROM = "workbench.replayed_from"
+REQUEST_HASH = "workbench.request_hash"
 
 
 def _now() -> datetime:
@@ -42,6 +44,7 @@ class _Pending:
         self.first_byte_at: datetime | None = None
         self.run = current_run()
         self.replayed, self.cassette = False, cassette
+        self.request_hash: str | None = None
         self.method, self.url = request.method, str(request.url)
         self.request_headers = redact_headers(dict(request.headers), SECRET_REQUEST_HEADERS)
         self.request_body = bytes(request.content)
@@ -72,6 +75,7 @@ class _Pending:
         # a replay transport marks what it served from a cassette, and names the cassette
         self.replayed = bool(response.extensions.get(REPLAYED_FROM))
         self.cassette = response.extensions.get(REPLAYED_FROM) or self.cassette
+        self.request_hash = response.extensions.get(REQUEST_HASH)
         self.response_headers = redact_headers(dict(response.headers), SECRET_RESPONSE_HEADERS)
 
     def received(self, chunk: bytes) -> None:
@@ -101,7 +105,7 @@ class _Pending:
         )
         recorder().record_call(
             exchange, self.run, self.span, (self.started_at, self.first_byte_at, _now()),
-            replayed=self.replayed, cassette=self.cassette, error=error,
+            replayed=self.replayed, cassette=self.cassette, error=error, request_hash=self.request_hash,
         )
 
 

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 import weakref
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,6 +23,8 @@ from workbench.replay.matcher import CassetteIndex
 from workbench.replay.scrub import BodyHook, scrub
 
 MODES = ("replay", "record", "rerecord", "live")
+SAVE_EACH_UP_TO = 200  # interactions; past that, a recording session saves at most every SAVE_EVERY_S
+SAVE_EVERY_S = 1.0
 # one replay run: this process, or every worker of one pytest-xdist run
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(datetime.now(timezone.utc).timestamp())}"
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
@@ -46,6 +49,7 @@ class Cassette:
         self.body_hook = body_hook
         self.misses: list[WorkbenchError] = []
         self.recorded = 0
+        self._saved_at = time.monotonic()
         self._lock = threading.Lock()
         interactions: list[Interaction] = []
         hashes = None
@@ -88,17 +92,23 @@ class Cassette:
         return async_httpx_client(self, **kwargs)
 
     def record(self, interaction: Interaction) -> None:
+        """Keep a new recording, and write the file: at once while the cassette is small, at most
+        once a second once it is large (rewriting it per interaction made recording quadratic);
+        `save()` at the end of a test, a suite, a client or the process writes the rest."""
         clean = scrub(interaction, self.body_hook)
         with self._lock:
             self.index.add(clean)
             self._new.append(clean)
             self.recorded += 1
-        self.save()
+            due = len(self.index.interactions) <= SAVE_EACH_UP_TO or time.monotonic() - self._saved_at >= SAVE_EVERY_S
+        if due:
+            self.save()
 
     def save(self) -> None:
         """Merge what this process recorded into the file on disk, atomically, under a lock."""
         with self._lock:
             new, self._new = self._new, []
+            self._saved_at = time.monotonic()
         if not new and self.mode != "rerecord":
             self._save_played()
             return

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from types import ModuleType
 
-from workbench.capture.transport import REPLAYED_FROM
+from workbench.capture.transport import REPLAYED_FROM, REQUEST_HASH
 from workbench.errors import WorkbenchError
 from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
 from workbench.replay.scrub import scrub_body
@@ -161,13 +161,14 @@ def build(httpx: ModuleType):
                 return httpx.Response(
                     recorded.status, headers=_headers(recorded.headers),
                     stream=stream_type(_chunks(recorded.body, content_type)),
-                    extensions={REPLAYED_FROM: str(cassette.path)},
+                    extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest},
                 )
         if cassette.mode == "replay":
             error = miss_error(cassette, request.method, str(request.url), body, digest)
             cassette.misses.append(error)
             headers = [("content-type", "application/json"), ("x-should-retry", "false"), (MISS_HEADER, error.code)]
-            return httpx.Response(400, headers=headers, stream=stream_type([_miss_body(error)]))
+            return httpx.Response(400, headers=headers, stream=stream_type([_miss_body(error)]),
+                                  extensions={REQUEST_HASH: digest})
         return None
 
     def _recorded_request(request, body: bytes) -> RecordedRequest:

@@ -6,6 +6,7 @@ hit its token ceiling is `WB_LLM_TRUNCATED` (checked before validating: a cut an
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Mapping
 
@@ -25,6 +26,7 @@ RESPOND = "respond"
 DEFAULT_MAX_TOKENS = 4096
 
 
+@functools.lru_cache(maxsize=256)  # a model's JSON schema is rebuilt on every call otherwise
 def respond_tool(output: type[BaseModel]) -> ToolSpec:
     schema = output.model_json_schema()
     schema.pop("title", None)
