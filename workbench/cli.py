@@ -193,7 +193,6 @@ def eval_run(
 ) -> None:
     """Run suites (replay by default) and gate on the drop from their baselines: exit 0 pass,
     1 regression, 2 could not judge."""
-    from workbench.capture import flush
     from workbench.evaluate.gate import evaluate, recording_requested
     from workbench.evaluate.report import print_console, to_json, to_junit, to_markdown
 
@@ -207,10 +206,7 @@ def eval_run(
         progress, advance = _progress(len(suite.cases), f"eval {suite.name}")
         with progress:
             outcomes.append(evaluate(suite, mode, prompt_version, record_baseline, max_cost_increase, advance))
-    try:
-        flush()
-    except WorkbenchError as exc:  # the verdict stands even when the store is busy
-        err_console.print(f"[yellow]results not stored yet[/]: {exc.cause}")
+    # the results are spooled; ingestion into the store happens after exit, off the gate's clock
     print_console(outcomes, console)
     for path, render in ((junit, to_junit), (markdown, to_markdown), (json_out, to_json)):
         if path is not None:
@@ -344,7 +340,8 @@ def _read(db: Path | None, query):
 
     path = db or settings().db
     try:
-        return queries.read(path, settings().resolved_spool_dir if db is None else path.parent / "spool", query)
+        spool = settings().resolved_spool_dir if db is None else path.parent / "spool"
+        return queries.read(path, spool, query, ingest_wait=True)
     except queries.StoreMissing:
         raise WorkbenchError(
             "WB_STORE_INVALID", f"there is no store at {path} yet",

@@ -106,7 +106,7 @@ class Provider:
             method="POST", url=self.url, request_body=content, status=response.status_code,
             response_headers=dict(response.headers), response_body=response.content,
         )
-        call: Call = priced(parse_exchange(exchange, body_cap=1 << 30), registry)
+        call: Call = priced(parse_exchange(exchange, body_cap=1 << 30, hash_request=False), registry)
         tool_uses = [ToolUse(id=tool.id or f"call_{index}", name=tool.name, arguments=tool.arguments)
                      for index, tool in enumerate(call.tool_calls)]
         return Completion(

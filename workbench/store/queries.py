@@ -727,27 +727,28 @@ PAGES: dict[str, Callable[..., dict[str, pl.DataFrame]]] = {
 }
 
 
-def ingest_pending(db: Path, spool_dir: Path | None) -> int:
-    """Ingest what recorders have spooled, without waiting on anyone; never raises."""
+def ingest_pending(db: Path, spool_dir: Path | None, wait: bool = False) -> int:
+    """Ingest what recorders have spooled (`wait`: behind another process that is ingesting; the
+    dashboard never waits, a command does); never raises."""
     if spool_dir is None:
         return 0
     try:
         from workbench.store.ingest import ingest_spools
 
-        return ingest_spools(Path(db), Path(spool_dir), wait=False)
+        return ingest_spools(Path(db), Path(spool_dir), wait=wait)
     except Exception as exc:  # noqa: BLE001 - reading must not fail because ingestion did
         log.warning("could not ingest spools from %s: %s", spool_dir, exc)
         return 0
 
 
 def read(db: Path | str, spool_dir: Path | str | None, fn: Callable[[duckdb.DuckDBPyConnection], T],
-         wait_s: float = 5.0) -> T:
+         wait_s: float = 5.0, ingest_wait: bool = False) -> T:
     """Ingest pending spools, open the store read-only, run `fn`, close. `StoreMissing` when there
     is no store file; `WorkbenchError` (WB_STORE_LOCKED, WB_STORE_INVALID) when it cannot be read."""
     from workbench.store.db import open_store
 
     db = Path(db)
-    ingest_pending(db, Path(spool_dir) if spool_dir else None)
+    ingest_pending(db, Path(spool_dir) if spool_dir else None, wait=ingest_wait)
     if not db.exists():
         raise StoreMissing(str(db))
     with open_store(db, read_only=True, wait_s=wait_s) as con:

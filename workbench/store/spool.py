@@ -16,6 +16,8 @@ import json
 import logging
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -184,12 +186,25 @@ def flush_all(ingest: bool = True) -> None:
 
 
 def _flush_at_exit() -> None:
+    """Write what is pending, then leave ingestion to a detached process, so an exiting program
+    (a CLI command, a CI job) does not wait on DuckDB; readers ingest before they read anyway."""
     for spool in list(_spools.values()):
         spool.stop()
-    try:
-        flush_all(ingest=True)
-    except Exception:  # noqa: BLE001 - never fail an exiting application
-        pass
+    for spool in list(_spools.values()):
+        try:
+            spool.flush(ingest=False)
+            if spool._to_ingest:
+                _ingest_detached(spool.db_path, spool.spool_dir)
+        except Exception:  # noqa: BLE001 - never fail an exiting application
+            pass
+
+
+def _ingest_detached(db_path: Path, spool_dir: Path) -> None:
+    code = "import sys; from workbench.store.ingest import ingest_spools; ingest_spools(sys.argv[1], sys.argv[2])"
+    subprocess.Popen(
+        [sys.executable, "-c", code, str(db_path), str(spool_dir)], start_new_session=True,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
 
 
 # Flush before the interpreter starts to finalize (DuckDB refuses to scan Python objects then):
