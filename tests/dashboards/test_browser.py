@@ -1,6 +1,8 @@
 """The dashboard in a real browser: `workbench dashboard` serves the fixture store, headless
 Chromium (Debian's, driven by Playwright) loads every page, the key figures are visible, no error
-box is shown, and each page's screenshot is saved to docs/screenshots/ for the README.
+box is shown, and each page's screenshot is saved: to docs/screenshots/ for the README when
+WORKBENCH_UPDATE_SCREENSHOTS=1, else beside the test's temporary files (a test run leaves the
+checkout as it was).
 
 Chromium missing is a failure, not a skip: CI installs it (`.ci/run`)."""
 
@@ -20,7 +22,7 @@ import dashboard_store as fx
 from workbench.money import format_micros
 
 CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+README_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 CALLS = fx.call_rows()
 COST = {c["call_id"]: c["cost_micros"] or 0 for c in CALLS}
 # url path, screenshot name, texts that must be visible
@@ -76,11 +78,13 @@ def server(dashboard_db, tmp_path):
         log.close()
 
 
-def test_every_page_in_chromium(server):
+def test_every_page_in_chromium(server, tmp_path):
     assert CHROMIUM.exists(), "Debian's chromium is missing: `apt-get install chromium` (CI's .ci/run does)"
     from playwright.sync_api import expect, sync_playwright
 
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    update = os.environ.get("WORKBENCH_UPDATE_SCREENSHOTS") == "1"
+    folder = README_SCREENSHOTS if update else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=str(CHROMIUM),
@@ -102,6 +106,7 @@ def test_every_page_in_chromium(server):
                 page.wait_for_timeout(800)
                 assert page.locator('[data-testid="stException"]').count() == 0, f"{name}: an exception is shown"
                 assert page.locator('[data-testid="stAlertContentError"]').count() == 0, f"{name}: an error is shown"
-                page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+                page.screenshot(path=str(folder / f"{name}.png"))
+                assert (folder / f"{name}.png").stat().st_size > 10_000
         finally:
             browser.close()

@@ -541,7 +541,8 @@ def failed_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 1000) -
 
 def failures_by(con: duckdb.DuckDBPyConnection, f: Filters, by: Literal["error_code", "prompt"]) -> pl.DataFrame:
     """Failed top-level runs and their bills, by error code or by prompt id and version."""
-    keys = "r.error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
+    # a failure with no Workbench code (an SDK's own exception) is grouped by its exception type
+    keys = "coalesce(r.error_code, r.error_type) AS error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
     return _q(con, f, f"""
         SELECT {keys}, count(*) AS runs, {_BILL}
         FROM fr r WHERE r.parent_run_id IS NULL AND r.status = 'failed'
