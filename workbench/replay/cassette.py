@@ -154,7 +154,7 @@ def load_cassette_with_meta(path: Path | str) -> tuple[list[Interaction], dict]:
         text = path.read_bytes()
     except FileNotFoundError as exc:
         raise WorkbenchError(
-            "WB_CASSETTE_NOT_FOUND", f"no cassette at {path}", f"record it: WORKBENCH_RECORD_MODE=record <your command>"
+            "WB_CASSETTE_NOT_FOUND", f"no cassette at {path}", "record it: WORKBENCH_RECORD_MODE=record <your command>"
         ) from exc
     return parse_cassette_with_meta(text, str(path))
 

@@ -1,0 +1,98 @@
+"""Every named query the dashboard and the CLI reports read, parameterized, returning polars frames.
+
+No SQL lives anywhere else. Each query takes an open connection and a `Filters`; money comes back as
+integer micro-minor units (sums cast to BIGINT, so nothing travels as a float) and is rounded up to
+the minor unit only when it is formatted (`workbench.money`).
+
+How the filters apply:
+- calls: the date is the call's start (UTC days); provider, model (served, else requested), prompt
+  id and version, live or replayed are the call's own columns; a run name or tag matches a call
+  whose run, or any run around it, has that name or tag.
+- runs: the date is the run's start; a run name or tag matches the run and every run inside it; a
+  call-level filter (provider, model, prompt, live or replayed) keeps the runs that contain a
+  matching call, however deeply nested. Bills are per run, never split by model.
+- compactions: the date is when it happened; every other filter goes through the compaction's run
+  (a compaction outside any run only shows when no run or call filter is set).
+
+`read(db, spool_dir, fn)` is the one way the dashboard reads: ingest pending spools (fail-open),
+open read-only, run `fn`, close. Nothing holds the store between reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+import polars as pl
+
+from workbench.store.queries._base import StoreMissing, Filters, scope, store_counts, filter_options, ingest_pending, read
+from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend_by_currency, currency_totals, spend_by_day, spend_by_model, model_totals, spend_by_prompt, prompt_totals, run_totals, top_run_names, top_runs, failure_totals, failed_runs, failures_by
+from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
+from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
+
+
+# -- pages ---------------------------------------------------------------------------------------
+
+
+def overview_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    with scope(con, f):
+        cube = spend_cube(con, f)
+        return {"calls": rollup(cube, ()), "currency": currency_totals(cube), "runs": run_totals(con, f),
+                "by_day": rollup(cube, ("day", "model", "prompt_id", "prompt_version", "currency"),
+                                 ("calls", "cost_micros", "priced_calls", "unpriced_calls")),
+                "by_model": model_totals(cube), "by_prompt": prompt_totals(cube),
+                "top_names": top_run_names(con, f), "top_runs": top_runs(con, f)}
+
+
+def cache_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    with scope(con, f):
+        groups = cache_savings(con, f, ("prompt_id", "prompt_version", "model"))
+        return {"totals": cache_totals(groups), "by_prompt_model": groups, "unstable": unstable_prefix_runs(con, f)}
+
+
+def compaction_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    with scope(con, f):
+        return {"totals": compaction_totals(con, f), "by_day": compactions_by_day(con, f),
+                "failed": compaction_events(con, f, failed_only=True), "top_runs": compaction_top_runs(con, f),
+                "events": compaction_events(con, f)}
+
+
+def failures_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    with scope(con, f):
+        return {"totals": failure_totals(con, f), "runs": failed_runs(con, f),
+                "by_error": failures_by(con, f, "error_code"), "by_prompt": failures_by(con, f, "prompt")}
+
+
+def evals_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    if not evals_available(con):
+        return {}
+    return {"history": eval_history(con, f)}
+
+
+def explorer_page(con: duckdb.DuckDBPyConnection, f: Filters, run_id: str | None = None) -> dict[str, pl.DataFrame]:
+    with scope(con, f):
+        out = {"choices": run_choices(con, f)}
+    if run_id:
+        out.update(tree=run_tree(con, run_id), calls=run_calls(con, run_id), spans=run_spans(con, run_id),
+                   compactions=run_compactions(con, run_id))
+    return out
+
+
+PAGES: dict[str, Callable[..., dict[str, pl.DataFrame]]] = {
+    "overview": overview_page, "prompt_cache": cache_page, "compaction": compaction_page,
+    "failures": failures_page, "evals": evals_page, "run_explorer": explorer_page,
+}
+
+
+
+__all__ = [
+    "Filters", "PAGES", "StoreMissing", "cache_savings", "cache_totals", "call_totals", "compaction_events",
+    "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "eval_cases",
+    "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
+    "has_tables", "ingest_pending", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
+    "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
+    "prompt_runs_for_cases", "run_tree", "scope", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
+    "store_counts", "top_run_names", "top_runs", "unstable_prefix_runs"
+]
+
+

@@ -1,0 +1,227 @@
+"""The shared part of the queries: filters, the SQL they add, the one read path."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta, timezone
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import duckdb
+import polars as pl
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# the common denominator of cache savings: prices x 20 keep the 0.1x and 1.25x defaults integral,
+# and 10**6 covers every price scale (0..6)
+_SAVINGS_DENOMINATOR = 20 * 10**6
+_MODEL = "coalesce(c.model_served, c.model_requested)"
+
+
+class StoreMissing(Exception):
+    """There is no store file (and nothing spooled to make one) at the path."""
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What every page can be narrowed by. Empty tuples and None mean "all"."""
+
+    date_from: date | None = None
+    date_to: date | None = None  # inclusive
+    providers: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    prompt_ids: tuple[str, ...] = ()
+    prompt_versions: tuple[str, ...] = ()
+    run_names: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()  # "key=value"; every one must match
+    source: Literal["all", "live", "replayed"] = "all"
+
+    @property
+    def call_level(self) -> bool:
+        return bool(self.providers or self.models or self.prompt_ids or self.prompt_versions or self.source != "all")
+
+    @property
+    def run_level(self) -> bool:
+        return bool(self.run_names or self.tags)
+
+
+@dataclass
+class _Sql:
+    """A query's WITH clause, built from the filters, and its named parameters."""
+
+    filters: Filters
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def _dates(self, column: str) -> list[str]:
+        out = []
+        if self.filters.date_from is not None:
+            self.params["date_from"] = datetime.combine(self.filters.date_from, time(), timezone.utc)
+            out.append(f"{column} >= $date_from")
+        if self.filters.date_to is not None:
+            self.params["date_to"] = datetime.combine(self.filters.date_to + timedelta(days=1), time(), timezone.utc)
+            out.append(f"{column} < $date_to")
+        return out
+
+    def _call_level(self) -> list[str]:
+        f, out = self.filters, []
+        for name, values, column in (
+            ("providers", f.providers, "c.provider"), ("models", f.models, _MODEL),
+            ("prompt_ids", f.prompt_ids, "c.prompt_id"), ("prompt_versions", f.prompt_versions, "c.prompt_version"),
+        ):
+            if values:
+                self.params[name] = list(values)
+                out.append(f"list_contains(${name}, {column})")
+        if f.source != "all":
+            out.append(f"coalesce(c.replayed, false) = {'true' if f.source == 'replayed' else 'false'}")
+        return out
+
+    def _selected_runs(self) -> str:
+        """The runs a name or tag picks, and every run inside them."""
+        f, preds = self.filters, []
+        if f.run_names:
+            self.params["run_names"] = list(f.run_names)
+            preds.append("list_contains($run_names, name)")
+        for index, tag in enumerate(f.tags):
+            key, _, value = tag.partition("=")
+            self.params[f"tag_k{index}"], self.params[f"tag_v{index}"] = key, value
+            preds.append(f"run_id IN (SELECT run_id FROM run_tags WHERE key = $tag_k{index} AND value = $tag_v{index})")
+        return (
+            f"sel_runs(run_id) AS (SELECT run_id FROM runs WHERE {' AND '.join(preds)} "
+            "UNION SELECT r.run_id FROM runs r JOIN sel_runs s ON r.parent_run_id = s.run_id)"
+        )
+
+    def _hit_runs(self) -> str:
+        """The runs holding a call that matches the call-level filters, and every run around them."""
+        return ("hit_runs(run_id) AS (SELECT DISTINCT c.run_id FROM calls c WHERE c.run_id IS NOT NULL AND "
+                + " AND ".join(self._call_level())
+                + " UNION SELECT r.parent_run_id FROM runs r JOIN hit_runs h ON r.run_id = h.run_id"
+                " WHERE r.parent_run_id IS NOT NULL)")
+
+    def with_(self, prepared: bool = False) -> str:
+        """`WITH fc (filtered calls), fr (filtered runs), fx (filtered compactions)`. `prepared`: the
+        run sets are already in the temp tables `_wb_sel_runs` and `_wb_hit_runs` (see `scope`)."""
+        f = self.filters
+        ctes = []
+        sel, hit = ("_wb_sel_runs", "_wb_hit_runs") if prepared else ("sel_runs", "hit_runs")
+        call_preds = self._dates("c.started_at") + self._call_level()
+        run_preds = self._dates("r.started_at")
+        x_preds = self._dates("x.occurred_at")
+        if f.run_level:
+            if not prepared:
+                ctes.append(self._selected_runs())
+            call_preds.append(f"c.run_id IN (SELECT run_id FROM {sel})")
+            run_preds.append(f"r.run_id IN (SELECT run_id FROM {sel})")
+            x_preds.append(f"x.run_id IN (SELECT run_id FROM {sel})")
+        if f.call_level:
+            if not prepared:
+                ctes.append(self._hit_runs())
+            run_preds.append(f"r.run_id IN (SELECT run_id FROM {hit})")
+            x_preds.append(f"x.run_id IN (SELECT run_id FROM {hit})")
+        ctes.append(f"fc AS (SELECT * FROM calls c WHERE {' AND '.join(call_preds) or 'true'})")
+        ctes.append(f"fr AS (SELECT * FROM runs r WHERE {' AND '.join(run_preds) or 'true'})")
+        ctes.append(f"fx AS (SELECT * FROM compactions x WHERE {' AND '.join(x_preds) or 'true'})")
+        return "WITH RECURSIVE " + ",\n".join(ctes) + "\n"
+
+
+_SCOPES: dict[int, Filters] = {}
+
+
+@contextmanager
+def scope(con: duckdb.DuckDBPyConnection, f: Filters) -> Iterator[None]:
+    """Within it, the queries on `con` with filters `f` read the run sets those filters need from
+    temp tables computed once, instead of each query computing them again (a page runs several)."""
+    built = _Sql(f)
+    if f.run_level:
+        _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_sel_runs AS WITH RECURSIVE {built._selected_runs()} "
+                    "SELECT run_id FROM sel_runs", built.params)
+    if f.call_level:
+        _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_hit_runs AS WITH RECURSIVE {built._hit_runs()} "
+                    "SELECT run_id FROM hit_runs", built.params)
+    _SCOPES[id(con)] = f
+    try:
+        yield
+    finally:
+        _SCOPES.pop(id(con), None)
+
+
+def _frame_exec(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> None:
+    used = set(re.findall(r"\$(\w+)", sql))
+    con.execute(sql, {key: value for key, value in params.items() if key in used} or None)
+
+
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None) -> pl.DataFrame:
+    used = set(re.findall(r"\$(\w+)", sql))
+    params = {key: value for key, value in (params or {}).items() if key in used}
+    return con.sql(sql, params=params or None).pl()
+
+
+def _q(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
+    built = _Sql(f)
+    head = built.with_(prepared=_SCOPES.get(id(con)) == f)
+    return _frame(con, head + body, {**built.params, **(extra or {})})
+
+
+_DAY = "(DATE '1970-01-01' + (epoch_us(c.started_at) // 86400000000)::INTEGER)"  # the UTC day
+_COST = "sum(c.cost_micros)::BIGINT"
+_UNPRICED = "count(*) FILTER (WHERE c.settled AND c.cost_micros IS NULL)"
+
+
+# -- the store as a whole ------------------------------------------------------------------------
+
+
+def store_counts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """How much the store holds, unfiltered: to tell an empty store from an empty filter."""
+    return _frame(con, "SELECT (SELECT count(*) FROM calls) AS calls, (SELECT count(*) FROM runs) AS runs, "
+                  "(SELECT count(*) FROM compactions) AS compactions")
+
+
+def filter_options(con: duckdb.DuckDBPyConnection, limit: int = 500) -> dict[str, list]:
+    """The values each filter can take, and the dates the store spans."""
+    calls = _frame(con, f"""
+        SELECT list(DISTINCT c.provider ORDER BY c.provider) FILTER (WHERE c.provider IS NOT NULL) AS providers,
+               list(DISTINCT {_MODEL} ORDER BY {_MODEL}) FILTER (WHERE {_MODEL} IS NOT NULL) AS models,
+               list(DISTINCT c.prompt_id ORDER BY c.prompt_id) FILTER (WHERE c.prompt_id IS NOT NULL) AS prompt_ids,
+               list(DISTINCT c.prompt_version ORDER BY c.prompt_version)
+                   FILTER (WHERE c.prompt_version IS NOT NULL) AS prompt_versions,
+               min({_DAY}) AS first_day, max({_DAY}) AS last_day
+        FROM calls c""").row(0, named=True)
+    names = _frame(con, "SELECT name FROM runs WHERE name IS NOT NULL GROUP BY name ORDER BY count(*) DESC, name "
+                   "LIMIT $limit", {"limit": limit})["name"].to_list()
+    tags = _frame(con, "SELECT key || '=' || value AS tag FROM run_tags GROUP BY ALL ORDER BY count(*) DESC, tag "
+                  "LIMIT $limit", {"limit": limit})["tag"].to_list()
+    return {**{key: value or [] for key, value in calls.items()}, "run_names": sorted(names), "tags": sorted(tags)}
+
+
+def ingest_pending(db: Path, spool_dir: Path | None, wait: bool = False) -> int:
+    """Ingest what recorders have spooled (`wait`: behind another process that is ingesting; the
+    dashboard never waits, a command does); never raises."""
+    if spool_dir is None:
+        return 0
+    try:
+        from workbench.store.ingest import ingest_spools
+
+        return ingest_spools(Path(db), Path(spool_dir), wait=wait)
+    except Exception as exc:  # noqa: BLE001 - reading must not fail because ingestion did
+        log.warning("could not ingest spools from %s: %s", spool_dir, exc)
+        return 0
+
+
+def read(db: Path | str, spool_dir: Path | str | None, fn: Callable[[duckdb.DuckDBPyConnection], T],
+         wait_s: float = 5.0, ingest_wait: bool = False) -> T:
+    """Ingest pending spools, open the store read-only, run `fn`, close. `StoreMissing` when there
+    is no store file; `WorkbenchError` (WB_STORE_LOCKED, WB_STORE_INVALID) when it cannot be read."""
+    from workbench.store.db import open_store
+
+    db = Path(db)
+    ingest_pending(db, Path(spool_dir) if spool_dir else None, wait=ingest_wait)
+    if not db.exists():
+        raise StoreMissing(str(db))
+    with open_store(db, read_only=True, wait_s=wait_s) as con:
+        return fn(con)
+
+

@@ -1,0 +1,213 @@
+"""Compaction, Evals and the Run explorer: the queries about runs and what they did."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timezone
+
+import duckdb
+import polars as pl
+
+from workbench.store.queries._base import Filters, _Sql, _frame, _q
+
+# -- Compaction ----------------------------------------------------------------------------------
+
+
+def compaction_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+    return _q(con, f, """
+        SELECT count(*) AS events, count(*) FILTER (WHERE x.outcome IS DISTINCT FROM 'ok') AS failed,
+               count(DISTINCT x.run_id) AS runs,
+               coalesce(sum(x.tokens_before), 0)::BIGINT AS tokens_before,
+               coalesce(sum(x.tokens_after), 0)::BIGINT AS tokens_after,
+               coalesce(sum(x.summarised_turns), 0)::BIGINT AS summarised_turns,
+               coalesce(sum(x.kept_turns), 0)::BIGINT AS kept_turns,
+               coalesce(sum(x.cost_micros), 0)::BIGINT AS cost_micros,
+               count(*) FILTER (WHERE x.cost_micros IS NULL) AS unpriced
+        FROM fx x""")
+
+
+def compactions_by_day(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+    return _q(con, f, """
+        SELECT DATE '1970-01-01' + (epoch_us(x.occurred_at) // 86400000000)::INTEGER AS day,
+               coalesce(x.outcome, 'unknown') AS outcome,
+               count(*) AS events, coalesce(sum(x.tokens_before), 0)::BIGINT AS tokens_before,
+               coalesce(sum(x.tokens_after), 0)::BIGINT AS tokens_after,
+               coalesce(sum(x.cost_micros), 0)::BIGINT AS cost_micros
+        FROM fx x GROUP BY ALL ORDER BY day, outcome""")
+
+
+def compaction_events(con: duckdb.DuckDBPyConnection, f: Filters, failed_only: bool = False,
+                      limit: int = 500) -> pl.DataFrame:
+    """The latest compactions (or only those whose outcome is not `ok`), with their run's name."""
+    where = "WHERE x.outcome IS DISTINCT FROM 'ok'" if failed_only else ""
+    return _q(con, f, f"""
+        SELECT x.occurred_at, x.run_id, r.name AS run_name, x.turn, x.outcome, x.tokens_before, x.tokens_after,
+               x.limit_tokens, x.summarised_turns, x.kept_turns, x.model, x.cost_micros, x.compaction_id
+        FROM fx x LEFT JOIN runs r USING (run_id) {where}
+        ORDER BY x.occurred_at DESC, x.compaction_id LIMIT $limit""", {"limit": limit})
+
+
+def compaction_top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
+    return _q(con, f, """
+        SELECT x.run_id, any_value(r.name) AS run_name, count(*) AS compactions,
+               count(*) FILTER (WHERE x.outcome IS DISTINCT FROM 'ok') AS failed,
+               coalesce(sum(x.tokens_before - x.tokens_after), 0)::BIGINT AS tokens_removed,
+               coalesce(sum(x.cost_micros), 0)::BIGINT AS cost_micros
+        FROM fx x LEFT JOIN runs r USING (run_id) WHERE x.run_id IS NOT NULL GROUP BY x.run_id
+        ORDER BY compactions DESC, tokens_removed DESC, x.run_id LIMIT $limit""", {"limit": limit})
+
+
+# -- Evals ---------------------------------------------------------------------------------------
+
+
+def has_tables(con: duckdb.DuckDBPyConnection, *names: str) -> bool:
+    found = _frame(con, "SELECT count(DISTINCT table_name) AS n FROM information_schema.tables "
+                   "WHERE list_contains($names, table_name)", {"names": list(names)})
+    return found["n"][0] == len(names)
+
+
+def evals_available(con: duckdb.DuckDBPyConnection) -> bool:
+    return has_tables(con, "eval_runs", "eval_results")
+
+
+def eval_history(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 2000) -> pl.DataFrame:
+    """Eval runs (latest last) with their verdict, scores and cost per case."""
+    built = _Sql(f)
+    preds = built._dates("e.started_at")
+    for name, values, column in (("prompt_ids", f.prompt_ids, "e.prompt_id"),
+                                 ("prompt_versions", f.prompt_versions, "e.prompt_version"),
+                                 ("models", f.models, "e.model")):
+        if values:
+            built.params[name] = list(values)
+            preds.append(f"list_contains(${name}, {column})")
+    if f.source != "all":
+        preds.append("e.mode " + ("= 'replay'" if f.source == "replayed" else "IS DISTINCT FROM 'replay'"))
+    return _frame(con, f"""
+        SELECT e.eval_run_id, e.suite, e.prompt_id, e.prompt_version, e.prompt_hash, e.model, e.mode, e.git_commit,
+               e.started_at, e.mean_score, e.baseline_mean, e.verdict, e.cost_micros,
+               coalesce(k.cases, 0) AS cases, coalesce(k.passed, 0) AS passed,
+               CASE WHEN k.cases > 0 THEN (e.cost_micros // k.cases)::BIGINT END AS cost_per_case_micros
+        FROM eval_runs e LEFT JOIN (
+            SELECT eval_run_id, count(*) AS cases, count(*) FILTER (WHERE passed) AS passed
+            FROM eval_results GROUP BY eval_run_id) k USING (eval_run_id)
+        WHERE {' AND '.join(preds) or 'true'}
+        ORDER BY e.started_at, e.eval_run_id LIMIT $limit""", {**built.params, "limit": limit})
+
+
+def eval_cases(con: duckdb.DuckDBPyConnection, eval_run_id: str) -> pl.DataFrame:
+    """One eval run's cases, the largest drop first."""
+    return _frame(con, """
+        SELECT case_id, score, baseline_score, delta, passed, cost_micros, run_id, output
+        FROM eval_results WHERE eval_run_id = $id ORDER BY delta NULLS LAST, case_id""", {"id": eval_run_id})
+
+
+# -- Run explorer --------------------------------------------------------------------------------
+
+
+def run_choices(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 300) -> pl.DataFrame:
+    """The latest top-level runs, to pick one to explore."""
+    return _q(con, f, """
+        SELECT r.run_id, r.name, r.status, r.started_at, r.billed_cost_micros AS cost_micros, r.billed_calls AS calls
+        FROM fr r WHERE r.parent_run_id IS NULL ORDER BY r.started_at DESC, r.run_id LIMIT $limit""", {"limit": limit})
+
+
+_SUBTREE = """WITH RECURSIVE tree(run_id, depth) AS (
+    SELECT run_id, 0 FROM runs WHERE run_id = $run_id
+    UNION ALL SELECT r.run_id, t.depth + 1 FROM runs r JOIN tree t ON r.parent_run_id = t.run_id WHERE t.depth < 50)
+"""
+
+
+def run_tree(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
+    """The run and every run inside it, with their depth, bills and tags; empty when the id is unknown."""
+    return _frame(con, _SUBTREE + """
+        , tags AS (SELECT g.run_id, list(g.key || '=' || g.value ORDER BY g.key) AS tag_list FROM run_tags g
+                   WHERE list_contains((SELECT list(run_id) FROM tree), g.run_id) GROUP BY g.run_id)
+        SELECT t.depth, r.*, tags.tag_list
+        FROM tree t JOIN runs r USING (run_id) LEFT JOIN tags USING (run_id) ORDER BY r.started_at, t.depth""",
+                  {"run_id": run_id})
+
+
+def _subtree_ids(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    return _frame(con, _SUBTREE + "SELECT run_id FROM tree", {"run_id": run_id})["run_id"].to_list()
+
+
+def run_calls(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
+    """Every call of the run and of the runs inside it, in order, with its bodies. The run ids and
+    call ids are looked up as lists (index lookups), never by joining the whole calls table."""
+    calls = _frame(con, """
+        SELECT c.call_id, c.run_id, c.started_at, c.ended_at, c.wire, c.provider,
+               coalesce(c.model_served, c.model_requested) AS model, c.http_status, c.stop_reason, c.error_type,
+               c.error_message, c.settled, c.replayed, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
+               c.output_tokens, c.reasoning_tokens, c.cost_micros, c.currency, c.price_source, c.tool_names,
+               c.span_id, c.prompt_id, c.prompt_version
+        FROM calls c WHERE list_contains($ids, c.run_id) ORDER BY c.started_at, c.call_id""",
+                   {"ids": _subtree_ids(con, run_id)})
+    bodies = _frame(con, """
+        SELECT call_id, request_json, response_json, output_text, tool_calls FROM call_bodies
+        WHERE list_contains($ids, call_id)""", {"ids": calls["call_id"].to_list()})
+    return calls.join(bodies, on="call_id", how="left", maintain_order="left")
+
+
+def run_detail(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
+    """One run's row (empty when the id is unknown)."""
+    return _frame(con, "SELECT * FROM runs WHERE run_id = $run_id", {"run_id": run_id})
+
+
+def run_exchanges(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
+    """The HTTP exchanges of the run and the runs inside it, in order, as recorded (for export)."""
+    calls = _frame(con, """
+        SELECT c.call_id, c.run_id, c.started_at, c.method, c.url, c.stream, c.http_status, c.wire,
+               coalesce(c.model_served, c.model_requested) AS model, c.replayed
+        FROM calls c WHERE list_contains($ids, c.run_id) ORDER BY c.started_at, c.call_id""",
+                   {"ids": _subtree_ids(con, run_id)})
+    bodies = _frame(con, "SELECT call_id, request_json, response_json FROM call_bodies WHERE list_contains($ids, call_id)",
+                    {"ids": calls["call_id"].to_list()})
+    return calls.join(bodies, on="call_id", how="left", maintain_order="left")
+
+
+def run_spans(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
+    """The spans of the run's trace (or, without a trace id, of the run and the runs inside it)."""
+    return _frame(con, """
+        SELECT s.span_id, s.parent_span_id, s.name, s.kind, s.run_id, s.start_time, s.end_time, s.status_code,
+               s.status_message
+        FROM spans s
+        WHERE list_contains($ids, s.run_id) OR s.trace_id = (SELECT trace_id FROM runs WHERE run_id = $run_id)
+        ORDER BY s.start_time, s.span_id""", {"run_id": run_id, "ids": _subtree_ids(con, run_id)})
+
+
+def run_compactions(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
+    return _frame(con, """
+        SELECT x.occurred_at, x.run_id, x.turn, x.outcome, x.tokens_before, x.tokens_after, x.summarised_turns,
+               x.kept_turns, x.model, x.cost_micros
+        FROM compactions x WHERE list_contains($ids, x.run_id) ORDER BY x.occurred_at""",
+                  {"ids": _subtree_ids(con, run_id)})
+
+
+# -- eval cases from captured traffic (`workbench eval cases-from-runs`) ----------------------------
+
+
+def prompt_runs_for_cases(con: duckdb.DuckDBPyConnection, prompt_id: str, since: datetime | date | None = None,
+                          limit: int | None = None) -> pl.DataFrame:
+    """The finished runs of one prompt (kind `llm` or `eval_case`) that carry their variables (the
+    `vars` tag) and made a settled call, with that last settled call's output: one row per run,
+    the latest `limit` of them, oldest first. A run with a selected run inside it (an eval case
+    around its `llm()` run) gives way to the inner one, so no case is written twice."""
+    since_at = datetime.combine(since, time.min, tzinfo=timezone.utc) if type(since) is date else since
+    return _frame(con, """
+        WITH cand AS (
+            SELECT r.run_id, r.parent_run_id, r.kind, r.prompt_version, r.prompt_hash, r.started_at, t.value AS vars
+            FROM runs r JOIN run_tags t ON t.run_id = r.run_id AND t.key = 'vars'
+            WHERE r.prompt_id = $prompt_id AND r.kind IN ('llm', 'eval_case') AND r.status = 'ok'
+              AND ($since::TIMESTAMPTZ IS NULL OR r.started_at >= $since::TIMESTAMPTZ)),
+        leaf AS (
+            SELECT * FROM cand WHERE run_id NOT IN (SELECT parent_run_id FROM cand WHERE parent_run_id IS NOT NULL)),
+        last_call AS (
+            SELECT c.run_id, b.output_text, b.tool_calls,
+                   row_number() OVER (PARTITION BY c.run_id ORDER BY c.started_at DESC, c.call_id DESC) AS n
+            FROM calls c JOIN call_bodies b USING (call_id)
+            WHERE c.settled AND c.run_id IN (SELECT run_id FROM leaf)),
+        picked AS (
+            SELECT l.run_id, l.kind, l.prompt_version, l.prompt_hash, l.started_at, l.vars, k.output_text, k.tool_calls
+            FROM leaf l JOIN last_call k ON k.run_id = l.run_id AND k.n = 1
+            ORDER BY l.started_at DESC, l.run_id DESC LIMIT $limit)
+        SELECT * FROM picked ORDER BY started_at, run_id""",
+        {"prompt_id": prompt_id, "since": since_at, "limit": limit if limit is not None else 2**62})
