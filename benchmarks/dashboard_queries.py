@@ -74,7 +74,6 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
         pl.when(pl.col("name") == "nightly-eval").then(pl.lit("eval_case")).otherwise(pl.lit("app")).alias("kind"),
         pl.format('{{"env": "{}"}}', pl.lit(["prod", "dev", "staging"]).list.get(_rand("i", 8, 3))).alias("tags"),
     )
-    models = pl.DataFrame({"m": [m[0] for m in MODELS], "provider": [m[1] for m in MODELS]})
     calls = pl.DataFrame({"i": pl.int_range(n_calls, eager=True)}).with_columns(
         pl.format("call-{}", pl.col("i")).alias("call_id"),
         pl.when(_rand("i", 11, 100) < 5).then(None)

@@ -3,7 +3,6 @@ call goes on; records that reached the spool wait there and are ingested once th
 
 from __future__ import annotations
 
-import logging
 import shutil
 
 import openai
