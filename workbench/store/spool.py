@@ -12,7 +12,6 @@ Recording is fail-open: errors are logged once and counted in `stats`, and the c
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import socket
@@ -24,6 +23,8 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+
+import orjson
 
 log = logging.getLogger("workbench.store")
 
@@ -83,12 +84,13 @@ class Spool:
                 except Exception as exc:  # noqa: BLE001 - one bad record never stops the others
                     self._fail("record", exc)
 
-    def _encode(self, batch: list[tuple[str, dict]]) -> list[str]:
+    def _encode(self, batch: list[tuple[str, dict]]) -> list[bytes]:
+        # orjson: encoding is most of what a recorder costs per record (10x the stdlib's speed)
         lines = []
         for kind, row in batch:
             try:
-                lines.append(json.dumps({"kind": kind, "row": row}, default=str, separators=(",", ":")))
-            except (TypeError, ValueError) as exc:
+                lines.append(orjson.dumps({"kind": kind, "row": row}, default=str))
+            except (TypeError, orjson.JSONEncodeError) as exc:
                 self._fail("encode", exc)
         return lines
 
@@ -134,7 +136,7 @@ class Spool:
             lines = self._encode(batch)
             if lines:
                 try:
-                    data = ("\n".join(lines) + "\n").encode("utf-8")
+                    data = b"\n".join(lines) + b"\n"
                     fd = os.open(self._path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     try:
                         view = memoryview(data)
