@@ -98,7 +98,7 @@ class _Pending:
             complete = is_complete(self.wire, body, self.response_headers.get("content-encoding"))
             if not complete and error is None:
                 error = "stream_abandoned" if not ended else "stream_incomplete"
-        exchange = Exchange(
+        exchange = Exchange.model_construct(  # our own values: no validation on the hot path
             method=self.method, url=self.url, request_headers=self.request_headers,
             request_body=self.request_body, status=self.status, response_headers=self.response_headers,
             response_body=body, complete=complete,
@@ -186,10 +186,8 @@ def build(httpx: ModuleType):
             finally:
                 RECORDING.reset(token)
             pending.responded(response)
-            return httpx.Response(
-                status_code=response.status_code, headers=response.headers,
-                stream=TeeStream(response.stream, pending), extensions=response.extensions,
-            )
+            response.stream = TeeStream(response.stream, pending)  # teed in place: no second Response
+            return response
 
         def close(self) -> None:
             self.inner.close()
@@ -213,10 +211,8 @@ def build(httpx: ModuleType):
             finally:
                 RECORDING.reset(token)
             pending.responded(response)
-            return httpx.Response(
-                status_code=response.status_code, headers=response.headers,
-                stream=AsyncTeeStream(response.stream, pending), extensions=response.extensions,
-            )
+            response.stream = AsyncTeeStream(response.stream, pending)
+            return response
 
         async def aclose(self) -> None:
             await self.inner.aclose()
