@@ -232,7 +232,7 @@ def eval_compare(
     import asyncio
 
     from workbench.evaluate.runner import run_suite
-    from workbench.evaluate.scorers import _text
+    from workbench.evaluate.scorers import as_text
 
     (suite,) = _suites([suite_name], evals)
     runs = [asyncio.run(run_suite(suite, mode, version)) for version in (version_a, version_b)]
@@ -244,8 +244,8 @@ def eval_compare(
         table.add_row(
             left.case_id, f"{left.score:.2f}", f"{right.score:.2f}", f"{right.score - left.score:+.2f}",
             _money(left.cost_micros, exact=True), _money(right.cost_micros, exact=True),
-            _text(left.output)[:40] if left.output is not None else str(left.error and left.error.code),
-            _text(right.output)[:40] if right.output is not None else str(right.error and right.error.code),
+            as_text(left.output)[:40] if left.output is not None else str(left.error and left.error.code),
+            as_text(right.output)[:40] if right.output is not None else str(right.error and right.error.code),
         )
     console.print(table)
     console.print(

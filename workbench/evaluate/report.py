@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from workbench.evaluate.gate import Outcome
-from workbench.evaluate.scorers import _text
+from workbench.evaluate.scorers import as_text
 from workbench.money import format_exact, format_micros
 
 
@@ -29,7 +29,7 @@ def _rows(outcome: Outcome) -> list[dict]:
             "status": status,
             "scores": {name: score.value if score.value is not None else score.label for name, score in result.scores.items()},
             "explanations": {name: score.explanation for name, score in result.scores.items() if score.explanation},
-            "output": None if result.output is None else _text(result.output)[:500],
+            "output": None if result.output is None else as_text(result.output)[:500],
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
         })
     return rows

@@ -23,7 +23,7 @@ from workbench.capture import recorder, run
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
 from workbench.evaluate.prompts import Prompt, prompts
-from workbench.evaluate.scorers import Score, ScoreContext
+from workbench.evaluate.scorers import Score, ScoreContext, as_text
 from workbench.evaluate.suite import Case, Suite
 from workbench.replay.clients import AsyncReplayTransport, async_http_client, http_client
 from workbench.replay.session import Cassette
@@ -155,12 +155,6 @@ def git_commit(where: Path | None = None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return (result.stdout.strip() or None) if result.returncode == 0 else None
-
-
-def _output_text(output: Any) -> str:
-    from workbench.evaluate.scorers import _text
-
-    return _text(output)
 
 
 async def _call(function, *args):
@@ -336,7 +330,7 @@ def store_eval_run(eval_run: EvalRun, verdict: str, baseline=None, error_code: s
             "delta": result.score - recorded.score if recorded else None,
             "passed": recorded is None or recorded.score - result.score <= eval_run.suite.tolerance,
             "cost_micros": result.cost_micros, "baseline_cost_micros": recorded.cost_micros if recorded else None,
-            "output": _output_text(result.output)[:4000] if result.output is not None else None,
+            "output": as_text(result.output)[:4000] if result.output is not None else None,
             "scores": json.dumps({name: score.value for name, score in result.scores.items()}),
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
         })

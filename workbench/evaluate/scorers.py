@@ -35,7 +35,8 @@ class Score:
     assertion: bool = False
 
 
-def _text(output: Any) -> str:
+def as_text(output: Any) -> str:
+    """An output as text for scoring and reports: strings as they are, models and data as JSON."""
     if isinstance(output, str):
         return output
     if hasattr(output, "model_dump_json"):
@@ -109,7 +110,7 @@ def exact(field: str | None = None) -> Scorer:
         got = _field(context.output, field)
         want = _field(context.expected, field) if isinstance(context.expected, dict) and field else context.expected
         same = got.strip() == want.strip() if isinstance(got, str) and isinstance(want, str) else got == want
-        return Score(1.0 if same else 0.0, f"got {_text(got)[:80]!r}, expected {_text(want)[:80]!r}", assertion=True)
+        return Score(1.0 if same else 0.0, f"got {as_text(got)[:80]!r}, expected {as_text(want)[:80]!r}", assertion=True)
 
     return Scorer(f"exact[{field}]" if field else "exact", score, inline=True)
 
@@ -119,7 +120,7 @@ def contains(text: str | None = None, case_sensitive: bool = False) -> Scorer:
 
     def score(context: ScoreContext) -> Score:
         needle = text if text is not None else str(context.expected)
-        haystack = _text(context.output)
+        haystack = as_text(context.output)
         found = needle in haystack if case_sensitive else needle.lower() in haystack.lower()
         return Score(1.0 if found else 0.0, f"{needle!r} {'found' if found else 'not found'}", assertion=True)
 
@@ -130,7 +131,7 @@ def regex(pattern: str) -> Scorer:
     compiled = re.compile(pattern)
 
     def score(context: ScoreContext) -> Score:
-        found = compiled.search(_text(context.output)) is not None
+        found = compiled.search(as_text(context.output)) is not None
         return Score(1.0 if found else 0.0, f"/{pattern}/ {'matched' if found else 'did not match'}", assertion=True)
 
     return Scorer(f"regex[{pattern}]", score, inline=True)
@@ -203,7 +204,7 @@ def llm_judge(judge_prompt) -> Scorer:
                 "pass judge=... to define_eval (a model for the runtime, or a callable)",
             )
         reply = context.judge(judge_prompt, {
-            "input": _text(context.vars), "output": _text(context.output), "expected": _text(context.expected),
+            "input": as_text(context.vars), "output": as_text(context.output), "expected": as_text(context.expected),
         }, context.case_id)
         return _judge_score(reply, name)
 
