@@ -106,17 +106,13 @@ class Recorder:
                 )
 
     def record_run(self, run: Run) -> None:
-        """Spool the run's row (on the spool thread: a row built late only shows a later state,
-        and the run's last row replaces its first); its tags once, when it starts."""
-        starting = run.status == "running"
-
-        def write() -> None:
+        try:
             self.spool.append("run", run.row())
-            if starting:
+            if run.status == "running":
                 for key, value in run.tags.items():
                     self.spool.append("run_tag", {"run_id": run.run_id, "key": key, "value": value})
-
-        self.spool.defer(write)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("workbench could not record run %s: %s", run.name, exc)
 
     def record_compaction(self, run: Run | None, span: trace.Span, attributes: dict) -> None:
         context = span.get_span_context()

@@ -173,7 +173,7 @@ class RunScope:
                     pass
             run.span.set_status(trace.Status(trace.StatusCode.ERROR, run.error_message[:200]))
             run.span.set_attribute(semconv.ERROR_TYPE, run.error_code or run.error_type)
-        run.span.set_attribute(semconv.COST_MICROS, run._billed.cost_micros)
+        run.span.set_attribute(semconv.COST_MICROS, run.billed.cost_micros)
         run.span.end()
         otel_context.detach(span_token)
         _current.reset(token)
