@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 
 from workbench.errors import WorkbenchError
 
@@ -149,6 +148,8 @@ def json_valid() -> Scorer:
 
 
 def json_schema_valid(schema: dict) -> Scorer:
+    import jsonschema  # 30 ms to import: only suites that use this scorer pay it
+
     validator = jsonschema.Draft202012Validator(schema)
 
     def score(context: ScoreContext) -> Score:
