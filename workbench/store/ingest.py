@@ -112,6 +112,29 @@ def _frames_fast(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dic
     return frames
 
 
+def _commit(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
+            finished: list[Path], known_new: bool) -> int:
+    """Every frame and the files' new offsets in one transaction."""
+    count = 0
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for kind in TABLES:  # table order: a run before its tags, calls before their bodies
+            if kind in frames and frames[kind].height:
+                count += write_frame(con, kind, frames[kind], known_new)
+        for name, end in moved.items():
+            con.execute('INSERT OR REPLACE INTO spool_offsets VALUES (?, ?)', [name, end])
+        for path in finished:
+            con.execute("DELETE FROM spool_offsets WHERE file = ?", [path.name])
+        con.execute("COMMIT")
+    except Exception:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.TransactionException:
+            pass  # a failed COMMIT has already ended the transaction
+        raise
+    return count
+
+
 def _torn_tail_only(path: Path, offset: int) -> bool:
     """Whether everything after `offset` is one unterminated line (a write cut by a crash)."""
     try:
@@ -136,16 +159,18 @@ def write_rows(con: duckdb.DuckDBPyConnection, kind: str, rows: list[dict]) -> i
     return write_frame(con, kind, _frame(con, TABLES[kind][0], rows))
 
 
-def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame) -> int:
-    """Insert a frame of one record kind (the table's columns) in one statement."""
+def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, known_new: bool = False) -> int:
+    """Insert a frame of one record kind (the table's columns) in one statement. `known_new`: the
+    keys are not in the table yet, so the plain insert (half the cost of a conflict-checking one)
+    is safe; it raises a constraint error if they were."""
     table, key, replace = TABLES[kind]
-    frame = frame.unique(subset=list(key), keep="last" if replace else "first", maintain_order=True)
-    verb = "INSERT OR REPLACE INTO" if replace else "INSERT OR IGNORE INTO"
+    if replace or not known_new:  # a repeated key inside a known-new batch fails the insert instead
+        frame = frame.unique(subset=list(key), keep="last" if replace else "first", maintain_order=True)
+    verb = "INSERT OR REPLACE INTO" if replace else ("INSERT INTO" if known_new else "INSERT OR IGNORE INTO")
     con.register("_batch", frame.to_arrow())
-    try:
-        con.execute(f"{verb} {table} BY NAME SELECT * FROM _batch")
-    finally:
-        con.unregister("_batch")
+    # on an error the transaction is aborted (no unregister possible then); the next register replaces the view
+    con.execute(f"{verb} {table} BY NAME SELECT * FROM _batch")
+    con.unregister("_batch")
     return frame.height
 
 
@@ -218,20 +243,12 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
                 if isinstance(record, dict) and record.get("kind") in TABLES and isinstance(record.get("row"), dict):
                     by_kind[record["kind"]].append(record["row"])
             frames = {kind: _frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()}
-    count = 0
-    con.execute("BEGIN TRANSACTION")
     try:
-        for kind in TABLES:  # table order: a run before its tags, calls before their bodies
-            if kind in frames and frames[kind].height:
-                count += write_frame(con, kind, frames[kind])
-        for name, end in moved.items():
-            con.execute('INSERT OR REPLACE INTO spool_offsets VALUES (?, ?)', [name, end])
-        for path in finished:
-            con.execute("DELETE FROM spool_offsets WHERE file = ?", [path.name])
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        # records are new unless a file is read again (its offset row went with an unlink that did
+        # not happen): the plain insert first, the conflict-checking one when a key was seen
+        count = _commit(con, frames, moved, finished, known_new=True)
+    except duckdb.ConstraintException:
+        count = _commit(con, frames, moved, finished, known_new=False)
     for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
         path.unlink(missing_ok=True)
     return count
