@@ -4,9 +4,10 @@ the batch not yet written (at most one interval); a torn last line is ignored by
 
 The application's thread only hands records over: encoding them, and any work a recorder defers
 (`defer`), happen on the spool thread. Ingestion into DuckDB is the readers' job first — the
-dashboard and every report ingest pending spools before they read — so a recording process ingests
-only now and then (`INGEST_EVERY_S`, or after `INGEST_AFTER_RECORDS`), at exit, and on
-`workbench.flush()`: DuckDB work in the application's process competes with it for the GIL.
+dashboard and every report ingest pending spools before they read — so a recording process only
+starts a detached ingester now and then (`INGEST_EVERY_S`, or after `INGEST_AFTER_RECORDS`) and at
+exit: DuckDB work in the application's process would compete with it for the GIL. Only
+`workbench.flush()` (and `configure`) ingest in process, because their caller waits for the store.
 Recording is fail-open: errors are logged once and counted in `stats`, and the call goes on."""
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Spool:
         # recorder does not open the store every interval
         self._to_ingest = 0
         self._ingested_at = time.monotonic()
+        self._ingester: subprocess.Popen | None = None
 
     # called from any thread, on the application's path: hand over, nothing more
     def append(self, kind: str, row: dict) -> None:
@@ -109,8 +111,21 @@ class Spool:
             self._wake.wait(self.flush_interval_s)
             self._wake.clear()
             if not self._stopping:
+                self.flush(ingest=False)
                 due = time.monotonic() - self._ingested_at >= INGEST_EVERY_S
-                self.flush(ingest=due or self._to_ingest >= INGEST_AFTER_RECORDS)
+                if self._to_ingest and (due or self._to_ingest >= INGEST_AFTER_RECORDS):
+                    self._ingest_in_background()
+
+    def _ingest_in_background(self) -> None:
+        """Ingest in a detached process, one at a time: DuckDB in the recording process would hold
+        its GIL for as long as a batch takes (about a second per 5,000 records)."""
+        if self._ingester is not None and self._ingester.poll() is None:
+            return  # the last one is still at it; what it misses waits for the next
+        self._to_ingest, self._ingested_at = 0, time.monotonic()
+        try:
+            self._ingester = _ingest_detached(self.db_path, self.spool_dir)
+        except OSError as exc:
+            self._fail("ingest", exc)
 
     def stop(self) -> None:
         """End the background thread (at exit: DuckDB must not run in a thread while Python ends)."""
@@ -201,9 +216,9 @@ def _flush_at_exit() -> None:
             pass
 
 
-def _ingest_detached(db_path: Path, spool_dir: Path) -> None:
+def _ingest_detached(db_path: Path, spool_dir: Path) -> subprocess.Popen:
     code = "import sys; from workbench.store.ingest import ingest_spools; ingest_spools(sys.argv[1], sys.argv[2])"
-    subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-c", code, str(db_path), str(spool_dir)], start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
