@@ -1,4 +1,4 @@
-"""The recorder: turns a finished exchange into a priced, attributed `Call`, ends its span, and
+"""The recorder: turns a finished exchange into a priced, attributed `Call` and its span, and
 hands the rows to the spool. Every step is fail-open: a failure is logged and counted, never
 raised into the application."""
 
@@ -7,19 +7,25 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from datetime import datetime
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from opentelemetry import trace
 
 from workbench.ids import new_id
 from workbench.capture import semconv
 from workbench.capture.runs import Run, current_run
+from workbench.capture.tracing import tracer
 from workbench.config import Settings, load_settings
 from workbench.models import ModelRegistry, load_registry
 from workbench.store.spool import Spool, spool_for
 from workbench.wire import Call, Exchange, parse_exchange, priced
 from workbench.wire.canonical import request_hash as hash_request
 from workbench.wire.redact import REDACTED
+
+if TYPE_CHECKING:
+    from workbench.capture.transport import Pending
 
 log = logging.getLogger("workbench.capture")
 
@@ -36,56 +42,52 @@ class Recorder:
     def call_of(self, exchange: Exchange) -> Call:
         return priced(parse_exchange(exchange, self.settings.body_cap_bytes, hash_request=False), self.registry)
 
-    def record_call(
-        self,
-        exchange: Exchange,
-        run: Run | None,
-        span: trace.Span | None,
-        times: tuple[datetime, datetime | None, datetime],
-        replayed: bool = False,
-        cassette: str | None = None,
-        error: str | None = None,
-        request_hash: str | None = None,
-    ) -> Call | None:
-        """Parse, price, attribute and spool one call; returns it (None if recording failed)."""
+    def record_call(self, pending: Pending) -> None:
+        """Record one finished call. A call inside a run is parsed and priced at once, because the
+        run's bill is exact the moment the call ends; everything else (parsing a call no run waits
+        for, the span, the request hash, the rows) is left to the spool thread."""
         try:
-            call = self.call_of(exchange)
-            call.call_id = new_id()
-            call.started_at, call.first_byte_at, call.ended_at = times
-            call.replayed, call.cassette = replayed, cassette
-            # what the transport saw (a cut, an abandoned stream) explains a half body the parser
-            # could not read; a provider's own error type is kept
-            if error and call.error_type in (None, "unparseable"):
-                call.error_type = error
-            if run is not None:
-                call.run_id = run.run_id
-                call.prompt_id = run.prompt.get("prompt_id")
-                call.prompt_version = run.prompt.get("prompt_version")
-                call.prompt_hash = run.prompt.get("prompt_hash")
-            if span is not None:
-                context = span.get_span_context()
-                call.trace_id, call.span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")
-                parent = getattr(span, "parent", None)
-                call.parent_span_id = format(parent.span_id, "016x") if parent else None
-            if run is not None:
-                run.attribute(call)  # the bill is exact the moment the call ends
-
-            known_hash = request_hash
-
-            def finish() -> None:  # on the spool thread: what no caller waits for
-                call.request_hash = known_hash or hash_request(exchange.method, exchange.url, exchange.request_body)
-                if span is not None:
-                    _end_span(span, call)
-                self._spool_call(call)
-
-            self.spool.defer(finish)
-            return call
+            call = None
+            if pending.run is not None:
+                call = self._call(pending)
+                pending.run.attribute(call)
+            self.spool.defer(lambda: self._finish(pending, call))
         except Exception as exc:  # noqa: BLE001 - recording never breaks the application
             self.spool.stats["record_errors"] += 1
             log.warning("workbench could not record a call: %s", exc, exc_info=True)
-            if span is not None and span.is_recording():
-                span.end()
-            return None
+
+    def _call(self, pending: Pending) -> Call:
+        exchange, error = pending.exchange()
+        call = self.call_of(exchange)
+        call.call_id = new_id()
+        call.started_at, call.ended_at = _time(pending.started_ns), _time(pending.ended_ns)
+        call.first_byte_at = _time(pending.first_byte_ns) if pending.first_byte_ns else None
+        call.replayed, call.cassette, call.request_hash = pending.replayed, pending.cassette, pending.request_hash
+        # what the transport saw (a cut, an abandoned stream) explains a half body the parser could
+        # not read; a provider's own error type is kept
+        if error and call.error_type in (None, "unparseable"):
+            call.error_type = error
+        run = pending.run
+        if run is not None:
+            call.run_id = run.run_id
+            call.prompt_id = run.prompt.get("prompt_id")
+            call.prompt_version = run.prompt.get("prompt_version")
+            call.prompt_hash = run.prompt.get("prompt_hash")
+        return call
+
+    def _finish(self, pending: Pending, call: Call | None) -> None:
+        """On the spool thread: the call's span (started and ended at the call's own times, under
+        the span that was current when it was sent), its request hash and its rows."""
+        if call is None:
+            call = self._call(pending)
+        span = _span(pending, call)
+        if span is not None:
+            context = span.get_span_context()
+            call.trace_id, call.span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")
+            call.parent_span_id = format(span.parent.span_id, "016x") if span.parent else None
+        if call.request_hash is None:
+            call.request_hash = hash_request(pending.method, pending.url, pending.request_body)
+        self._spool_call(call)
 
     def _spool_call(self, call: Call) -> None:
         row = call.flat()
@@ -106,13 +108,21 @@ class Recorder:
                 )
 
     def record_run(self, run: Run) -> None:
+        """Record a run as it starts (status `running`, its tags) or ends; the row is built on the
+        spool thread, and a start whose run has ended by then is not written at all."""
+        started = run.status == "running"
         try:
-            self.spool.append("run", run.row())
-            if run.status == "running":
-                for key, value in run.tags.items():
-                    self.spool.append("run_tag", {"run_id": run.run_id, "key": key, "value": value})
+            self.spool.defer(lambda: self._spool_run(run, started))
         except Exception as exc:  # noqa: BLE001
             log.warning("workbench could not record run %s: %s", run.name, exc)
+
+    def _spool_run(self, run: Run, started: bool) -> None:
+        if started:
+            for key, value in run.tags.items():
+                self.spool.append("run_tag", {"run_id": run.run_id, "key": key, "value": value})
+            if run.status != "running":
+                return  # its end follows with the final row
+        self.spool.append("run", run.row())
 
     def record_compaction(self, run: Run | None, span: trace.Span, attributes: dict) -> None:
         context = span.get_span_context()
@@ -128,13 +138,27 @@ class Recorder:
         self.spool.append("compaction", row)
 
 
-def _end_span(span: trace.Span, call: Call) -> None:
+def _time(nanos: int) -> datetime:
+    return datetime.fromtimestamp(nanos / 1e9, tz=timezone.utc)
+
+
+def _span(pending: Pending, call: Call):
+    """The call's CLIENT span with the GenAI attributes, ended; None when tracing does not record."""
+    model = call.model_requested or call.model_served
+    span = tracer().start_span(
+        f"chat {model}" if model else "chat",
+        context=pending.context,
+        kind=trace.SpanKind.CLIENT,
+        start_time=pending.started_ns,
+        attributes={
+            semconv.OPERATION_NAME: "chat",
+            semconv.REQUEST_MODEL: call.model_requested or "",
+            semconv.SERVER_ADDRESS: urlsplit(pending.url).hostname or "",
+        },
+    )
     if not span.is_recording():
-        return
+        return None
     usage = call.usage
-    model = call.model_served or call.model_requested
-    if model and call.model_requested is None:
-        span.update_name(f"chat {model}")
     attributes = {
         semconv.PROVIDER_NAME: call.provider,
         semconv.RESPONSE_MODEL: call.model_served,
@@ -160,7 +184,8 @@ def _end_span(span: trace.Span, call: Call) -> None:
         attributes[semconv.ERROR_TYPE] = call.error_type
         span.set_status(trace.Status(trace.StatusCode.ERROR, (call.error_message or call.error_type)[:200]))
     span.set_attributes({key: value for key, value in attributes.items() if value is not None})
-    span.end(end_time=int(call.ended_at.timestamp() * 1e9) if call.ended_at else None)
+    span.end(end_time=pending.ended_ns)
+    return span
 
 
 _recorder: Recorder | None = None

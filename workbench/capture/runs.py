@@ -11,6 +11,7 @@ import threading
 from contextvars import ContextVar, Token
 from datetime import datetime, timezone
 
+import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from pydantic import BaseModel
@@ -115,7 +116,7 @@ class Run:
             "name": self.name, "kind": self.kind, "status": self.status, "error_code": self.error_code,
             "error_type": self.error_type, "error_message": self.error_message,
             "started_at": self.started_at.isoformat(), "ended_at": self.ended_at.isoformat() if self.ended_at else None,
-            "tags": json.dumps(self.tags, sort_keys=True),
+            "tags": orjson.dumps(self.tags, option=orjson.OPT_SORT_KEYS).decode(),
             "trace_id": format(context.trace_id, "032x") if context else None,
             "span_id": format(context.span_id, "016x") if context else None,
             "prompt_id": self.prompt.get("prompt_id"), "prompt_version": self.prompt.get("prompt_version"),

@@ -4,21 +4,15 @@ a standard OTLP exporter is added when the standard `OTEL_EXPORTER_OTLP_*` varia
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
 from datetime import datetime, timezone
 
+import orjson
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
-    SimpleSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
-)
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from workbench.capture import semconv
 from workbench.wire.redact import REDACTED, SECRET_REQUEST_HEADERS, SECRET_RESPONSE_HEADERS, redact_url
@@ -69,45 +63,51 @@ def _scrubbed(attributes) -> dict:
     return clean
 
 
-class StoreSpanExporter(SpanExporter):
-    """Hands every ended span, and its events, to the recorder's spool (memory only: cheap)."""
+class StoreSpanProcessor(SpanProcessor):
+    """Writes every ended span, and its events, into the store. The thread that ends a span only
+    hands it over; its rows are built on the spool thread."""
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def on_end(self, span: ReadableSpan) -> None:
         from workbench.capture.recorder import recorder
 
+        if not span.context.trace_flags.sampled:  # recorded but not sampled: not exported, as the SDK's own
+            return
         try:
             spool = recorder().spool
-            for span in spans:
-                context = span.get_span_context()
-                span_id, trace_id = _hex(context.span_id, 16), _hex(context.trace_id, 32)
-                attributes = _scrubbed(span.attributes)
-                run_id = attributes.get(semconv.RUN_ID)
-                spool.append(
-                    "span",
-                    {
-                        "span_id": span_id, "trace_id": trace_id,
-                        "parent_span_id": _hex(span.parent.span_id, 16) if span.parent else None,
-                        "name": span.name, "kind": span.kind.name, "run_id": run_id,
-                        "start_time": _time(span.start_time), "end_time": _time(span.end_time),
-                        "status_code": span.status.status_code.name, "status_message": span.status.description,
-                        "attributes": json.dumps(attributes, default=str),
-                    },
-                )
-                for seq, event in enumerate(span.events):
-                    spool.append(
-                        "span_event",
-                        {
-                            "span_id": span_id, "seq": seq, "trace_id": trace_id, "run_id": run_id,
-                            "name": event.name, "time": _time(event.timestamp),
-                            "attributes": json.dumps(_scrubbed(event.attributes), default=str),
-                        },
-                    )
+            spool.defer(lambda: _spool_span(spool, span))
         except Exception as exc:  # noqa: BLE001 - recording never breaks the application
-            log.warning("workbench could not record spans: %s", exc)
-        return SpanExportResult.SUCCESS
+            log.warning("workbench could not record a span: %s", exc)
 
-    def shutdown(self) -> None:
-        return None
+
+def _spool_span(spool, span: ReadableSpan) -> None:
+    context = span.get_span_context()
+    span_id, trace_id = _hex(context.span_id, 16), _hex(context.trace_id, 32)
+    attributes = _scrubbed(span.attributes)
+    run_id = attributes.get(semconv.RUN_ID)
+    spool.append(
+        "span",
+        {
+            "span_id": span_id, "trace_id": trace_id,
+            "parent_span_id": _hex(span.parent.span_id, 16) if span.parent else None,
+            "name": span.name, "kind": span.kind.name, "run_id": run_id,
+            "start_time": _time(span.start_time), "end_time": _time(span.end_time),
+            "status_code": span.status.status_code.name, "status_message": span.status.description,
+            "attributes": _json(attributes),
+        },
+    )
+    for seq, event in enumerate(span.events):
+        spool.append(
+            "span_event",
+            {
+                "span_id": span_id, "seq": seq, "trace_id": trace_id, "run_id": run_id,
+                "name": event.name, "time": _time(event.timestamp),
+                "attributes": _json(_scrubbed(event.attributes)),
+            },
+        )
+
+
+def _json(attributes: dict) -> str:
+    return orjson.dumps(attributes, default=str).decode()
 
 
 def _otlp_processor() -> BatchSpanProcessor | None:
@@ -137,6 +137,6 @@ def tracer() -> trace.Tracer:
                 trace.set_tracer_provider(provider)
                 provider = trace.get_tracer_provider()  # another thread may have won the race
             if isinstance(provider, TracerProvider):
-                provider.add_span_processor(SimpleSpanProcessor(StoreSpanExporter()))
+                provider.add_span_processor(StoreSpanProcessor())
             _tracer = provider.get_tracer("workbench")
     return _tracer

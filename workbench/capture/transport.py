@@ -6,18 +6,14 @@ rest of the generation. Completion is judged per protocol (`[DONE]`, `message_st
 
 from __future__ import annotations
 
-import json
+import time
 from contextvars import ContextVar
-from datetime import datetime, timezone
 from types import ModuleType
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 
-from workbench.capture import semconv
 from workbench.capture.recorder import recorder
 from workbench.capture.runs import current_run
-from workbench.capture.tracing import tracer
 from workbench.wire import Exchange, is_complete, wire_of
 from workbench.wire.redact import SECRET_REQUEST_HEADERS, SECRET_RESPONSE_HEADERS, redact_headers
 
@@ -32,43 +28,28 @@ REPLAYED_FROM = "workbench.replayed_from"
 REQUEST_HASH = "workbench.request_hash"
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-class _Pending:
-    """One call in flight: what was sent, what has come back so far, and its span."""
+class Pending:
+    """One call in flight. The application's thread only notes what it alone knows (the time, the
+    run, the tracing context) and keeps references; reading headers and bodies, parsing, pricing and
+    the span are the recorder's, off that thread unless a run needs the bill at once."""
 
     def __init__(self, request, cassette: str | None) -> None:
-        self.started_at = _now()
-        self.first_byte_at: datetime | None = None
+        self.started_ns = time.time_ns()
+        self.first_byte_ns: int | None = None
+        self.ended_ns = 0
         self.run = current_run()
+        self.context = otel_context.get_current()  # the parent of the call's span
         self.replayed, self.cassette = False, cassette
         self.request_hash: str | None = None
         self.method, self.url = request.method, str(request.url)
-        self.request_headers = redact_headers(dict(request.headers), SECRET_REQUEST_HEADERS)
-        self.request_body = bytes(request.content)
-        self.wire = wire_of(self.method, self.url)
-        model = None
-        if self.wire != "unknown":
-            try:
-                model = json.loads(self.request_body).get("model")
-            except (ValueError, AttributeError):
-                model = None
-        self.span = tracer().start_span(
-            f"chat {model}" if model else "chat",
-            kind=trace.SpanKind.CLIENT,
-            attributes={
-                semconv.OPERATION_NAME: "chat",
-                semconv.REQUEST_MODEL: model or "",
-                semconv.SERVER_ADDRESS: request.url.host,
-            },
-        )
+        self.request_headers = request.headers  # never changed once sent: read when recorded
+        self.request_body = request.content
         self.status: int | None = None
-        self.response_headers: dict[str, str] = {}
+        self.response_headers = None
         self.chunks: list[bytes] = []
         self.size = 0
-        self.done = False
+        self.done = self.ended = False
+        self.error: str | None = None
 
     def responded(self, response) -> None:
         self.status = response.status_code
@@ -76,11 +57,11 @@ class _Pending:
         self.replayed = bool(response.extensions.get(REPLAYED_FROM))
         self.cassette = response.extensions.get(REPLAYED_FROM) or self.cassette
         self.request_hash = response.extensions.get(REQUEST_HASH)
-        self.response_headers = redact_headers(dict(response.headers), SECRET_RESPONSE_HEADERS)
+        self.response_headers = response.headers
 
     def received(self, chunk: bytes) -> None:
-        if self.first_byte_at is None:
-            self.first_byte_at = _now()
+        if self.first_byte_ns is None:
+            self.first_byte_ns = time.time_ns()
         if self.size < MAX_TEED_BYTES:
             self.chunks.append(chunk)
         self.size += len(chunk)
@@ -89,27 +70,30 @@ class _Pending:
         """Record the call once. `ended`: the stream ran to its end (not closed early)."""
         if self.done:
             return
-        self.done = True
+        self.done, self.ended, self.error, self.ended_ns = True, ended, error, time.time_ns()
+        recorder().record_call(self)
+
+    def exchange(self) -> tuple[Exchange, str | None]:
+        """The exchange as the parsers read it (secrets out), and what the transport saw go wrong:
+        a cut, or a stream that stopped short of its protocol's end."""
+        request_headers = redact_headers(dict(self.request_headers), SECRET_REQUEST_HEADERS)
+        response_headers = redact_headers(dict(self.response_headers or {}), SECRET_RESPONSE_HEADERS)
         body = b"".join(self.chunks)
-        content_type = self.response_headers.get("content-type", "")
-        streamed = "text/event-stream" in content_type
-        complete = ended and error is None
+        error = self.error
+        complete = self.ended and error is None
+        streamed = "text/event-stream" in response_headers.get("content-type", "")
         if streamed and self.status is not None and self.status < 400:
-            complete = is_complete(self.wire, body, self.response_headers.get("content-encoding"))
+            complete = is_complete(wire_of(self.method, self.url), body, response_headers.get("content-encoding"))
             if not complete and error is None:
-                error = "stream_abandoned" if not ended else "stream_incomplete"
-        exchange = Exchange.model_construct(  # our own values: no validation on the hot path
-            method=self.method, url=self.url, request_headers=self.request_headers,
-            request_body=self.request_body, status=self.status, response_headers=self.response_headers,
-            response_body=body, complete=complete,
+                error = "stream_abandoned" if not self.ended else "stream_incomplete"
+        exchange = Exchange.model_construct(  # our own values: no validation
+            method=self.method, url=self.url, request_headers=request_headers, request_body=self.request_body,
+            status=self.status, response_headers=response_headers, response_body=body, complete=complete,
         )
-        recorder().record_call(
-            exchange, self.run, self.span, (self.started_at, self.first_byte_at, _now()),
-            replayed=self.replayed, cassette=self.cassette, error=error, request_hash=self.request_hash,
-        )
+        return exchange, error
 
 
-def _failed(pending: _Pending, exc: BaseException) -> None:
+def _failed(pending: Pending, exc: BaseException) -> None:
     try:
         pending.finish(ended=False, error="stream_cut" if pending.status is not None else "transport_error")
     except Exception:  # noqa: BLE001 - never mask the application's own error
@@ -120,7 +104,7 @@ def build(httpx: ModuleType):
     """The recording transports and their tee streams for one httpx-like module."""
 
     class TeeStream(httpx.SyncByteStream):
-        def __init__(self, inner, pending: _Pending) -> None:
+        def __init__(self, inner, pending: Pending) -> None:
             self._inner, self._pending = inner, pending
 
         def __iter__(self):
@@ -143,7 +127,7 @@ def build(httpx: ModuleType):
                 self._pending.finish(ended=False)
 
     class AsyncTeeStream(httpx.AsyncByteStream):
-        def __init__(self, inner, pending: _Pending) -> None:
+        def __init__(self, inner, pending: Pending) -> None:
             self._inner, self._pending = inner, pending
 
         async def __aiter__(self):
@@ -176,7 +160,7 @@ def build(httpx: ModuleType):
             if otel_context.get_value(_SUPPRESS) or not recorder().settings.capture:
                 return self.inner.handle_request(request)
             request.read()
-            pending = _Pending(request, self.cassette)
+            pending = Pending(request, self.cassette)
             token = RECORDING.set(True)
             try:
                 response = self.inner.handle_request(request)
@@ -201,7 +185,7 @@ def build(httpx: ModuleType):
             if otel_context.get_value(_SUPPRESS) or not recorder().settings.capture:
                 return await self.inner.handle_async_request(request)
             await request.aread()
-            pending = _Pending(request, self.cassette)
+            pending = Pending(request, self.cassette)
             token = RECORDING.set(True)
             try:
                 response = await self.inner.handle_async_request(request)
