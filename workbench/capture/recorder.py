@@ -42,19 +42,21 @@ class Recorder:
     def call_of(self, exchange: Exchange) -> Call:
         return priced(parse_exchange(exchange, self.settings.body_cap_bytes, hash_request=False), self.registry)
 
-    def record_call(self, pending: Pending) -> None:
+    def record_call(self, pending: Pending) -> Call | None:
         """Record one finished call. A call inside a run is parsed and priced at once, because the
-        run's bill is exact the moment the call ends; everything else (parsing a call no run waits
-        for, the span, the request hash, the rows) is left to the spool thread."""
+        run's bill is exact the moment the call ends, and returned; everything else (parsing a call
+        no run waits for, the span, the request hash, the rows) is left to the spool thread."""
         try:
             call = None
             if pending.run is not None:
                 call = self._call(pending)
                 pending.run.attribute(call)
             self.spool.defer(lambda: self._finish(pending, call))
+            return call
         except Exception as exc:  # noqa: BLE001 - recording never breaks the application
             self.spool.stats["record_errors"] += 1
             log.warning("workbench could not record a call: %s", exc, exc_info=True)
+            return None
 
     def _call(self, pending: Pending) -> Call:
         exchange, error = pending.exchange()

@@ -26,6 +26,9 @@ RECORDING: ContextVar[bool] = ContextVar("workbench_recording", default=False)
 # canonical request hash it already computed (so capture does not hash the body twice)
 REPLAYED_FROM = "workbench.replayed_from"
 REQUEST_HASH = "workbench.request_hash"
+# the response extension that carries the recorded `Call` once the body is read, when it was parsed
+# then (inside a run): the runtime reads it rather than parsing the same bytes again
+RECORDED_CALL = "workbench.call"
 
 
 class Pending:
@@ -46,6 +49,7 @@ class Pending:
         self.request_body = request.content
         self.status: int | None = None
         self.response_headers = None
+        self.extensions: dict = {}
         self.chunks: list[bytes] = []
         self.size = 0
         self.done = self.ended = False
@@ -58,6 +62,7 @@ class Pending:
         self.cassette = response.extensions.get(REPLAYED_FROM) or self.cassette
         self.request_hash = response.extensions.get(REQUEST_HASH)
         self.response_headers = response.headers
+        self.extensions = response.extensions
 
     def received(self, chunk: bytes) -> None:
         if self.first_byte_ns is None:
@@ -71,7 +76,9 @@ class Pending:
         if self.done:
             return
         self.done, self.ended, self.error, self.ended_ns = True, ended, error, time.time_ns()
-        recorder().record_call(self)
+        call = recorder().record_call(self)
+        if call is not None:
+            self.extensions[RECORDED_CALL] = call
 
     def exchange(self) -> tuple[Exchange, str | None]:
         """The exchange as the parsers read it (secrets out), and what the transport saw go wrong:

@@ -15,7 +15,8 @@ from urllib.parse import urlsplit
 
 import httpx2
 
-from workbench.capture import async_http_client
+from workbench.capture import async_http_client, recorder
+from workbench.capture.transport import RECORDED_CALL
 from workbench.models import ModelRegistry
 from workbench.runtime.caching import mark_anthropic
 from workbench.runtime.messages import (
@@ -102,11 +103,13 @@ class Provider:
             await client.aclose()
 
     def completion(self, content: bytes, response: httpx2.Response, registry: ModelRegistry, estimate: int) -> Completion:
-        exchange = Exchange(
-            method="POST", url=self.url, request_body=content, status=response.status_code,
-            response_headers=dict(response.headers), response_body=response.content,
-        )
-        call: Call = priced(parse_exchange(exchange, body_cap=1 << 30, hash_request=False), registry)
+        call: Call | None = response.extensions.get(RECORDED_CALL)
+        if call is None or registry is not recorder().registry:  # not recorded, or priced otherwise
+            exchange = Exchange(
+                method="POST", url=self.url, request_body=content, status=response.status_code,
+                response_headers=dict(response.headers), response_body=response.content,
+            )
+            call = priced(parse_exchange(exchange, body_cap=1 << 30, hash_request=False), registry)
         tool_uses = [ToolUse(id=tool.id or f"call_{index}", name=tool.name, arguments=tool.arguments)
                      for index, tool in enumerate(call.tool_calls)]
         return Completion(
