@@ -5,7 +5,9 @@ versions, and fail closed on a prompt the cassette never saw."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 
 from eval_support import OFFLINE_ENV, no_network, workbench_cli
 from workbench.capture import flush
@@ -13,6 +15,7 @@ from workbench.evaluate.gate import evaluate
 from workbench.evaluate.report import to_json, to_junit, to_markdown
 from workbench.evaluate.suite import load_suites
 from workbench.store.db import open_store
+from workbench.store.ingest import ingest_spools
 
 
 def rows(db, sql, *params) -> list[dict]:
@@ -162,3 +165,24 @@ def test_replay_never_builds_a_network_transport(examples, store):
 
     suite = load_suites([examples / "evals" / "classifier.py"])["classifier"]
     assert evaluate(suite, network=Network(sync=refuse, async_=refuse)).exit_code == 0
+
+
+def test_the_cli_eval_leaves_every_record_in_the_store(examples):
+    """`workbench eval` exits without the interpreter's teardown: its exit hooks must still have
+    written every run, span, call and result of every case for the next reader."""
+    result = subprocess.run([sys.executable, "-m", "workbench", "eval", "classifier"], cwd=examples, text=True,
+                            capture_output=True, env={**os.environ, **OFFLINE_ENV, "WORKBENCH_DB": str(examples / "wb.duckdb")},
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    ingest_spools(examples / "wb.duckdb", examples / "spool")  # waits for the detached one, if it holds the lock
+    store = examples / "wb.duckdb"
+    cases = len(load_suites([examples / "evals" / "classifier.py"])["classifier"].cases)
+    [eval_run] = rows(store, "SELECT * FROM eval_runs")
+    assert (eval_run["suite"], eval_run["cases"], eval_run["verdict"]) == ("classifier", cases, "pass")
+    results = rows(store, "SELECT * FROM eval_results")
+    case_runs = rows(store, "SELECT run_id, status, span_id FROM runs WHERE kind = 'eval_case'")
+    assert len(results) == len(case_runs) == cases and all(run["status"] == "ok" for run in case_runs)
+    spans = {span["span_id"] for span in rows(store, "SELECT span_id FROM spans")}
+    assert {run["span_id"] for run in case_runs} <= spans
+    calls = rows(store, "SELECT span_id, replayed, cost_micros FROM calls")
+    assert len(calls) >= cases and all(call["replayed"] and call["span_id"] in spans for call in calls)
