@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import json
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +70,7 @@ def _cases_from(value, base: Path) -> list[Case]:
                 "give each case {\"id\": ..., \"vars\": {...}, \"expected\": ...}",
             )
         cases.append(Case(str(row.get("id", index)), dict(row["vars"]), row.get("expected"), row.get("metadata", {})))
-    ids = [case.id for case in cases]
-    duplicates = sorted({case_id for case_id in ids if ids.count(case_id) > 1})
+    duplicates = sorted(case_id for case_id, count in Counter(case.id for case in cases).items() if count > 1)
     if duplicates:
         raise WorkbenchError(
             "WB_EVAL_SUITE_INVALID", f"case ids repeat: {', '.join(duplicates)}", "give every case a unique id"
