@@ -15,7 +15,6 @@ from opentelemetry import context as otel_context
 from workbench.capture.recorder import recorder
 from workbench.capture.runs import current_run
 from workbench.wire import Exchange, is_complete, wire_of
-from workbench.wire.redact import SECRET_REQUEST_HEADERS, SECRET_RESPONSE_HEADERS, redact_headers
 
 # a response body past this is not kept for parsing (the caller still gets all of it)
 MAX_TEED_BYTES = 32 * 1024 * 1024
@@ -81,10 +80,10 @@ class Pending:
             self.extensions[RECORDED_CALL] = call
 
     def exchange(self) -> tuple[Exchange, str | None]:
-        """The exchange as the parsers read it (secrets out), and what the transport saw go wrong:
-        a cut, or a stream that stopped short of its protocol's end."""
-        request_headers = redact_headers(dict(self.request_headers), SECRET_REQUEST_HEADERS)
-        response_headers = redact_headers(dict(self.response_headers or {}), SECRET_RESPONSE_HEADERS)
+        """The exchange as the parsers read it, and what the transport saw go wrong: a cut, or a
+        stream that stopped short of its protocol's end."""
+        request_headers = _picked(self.request_headers, _PARSED_REQUEST_HEADERS)
+        response_headers = _picked(self.response_headers, _PARSED_RESPONSE_HEADERS)
         body = b"".join(self.chunks)
         error = self.error
         complete = self.ended and error is None
@@ -98,6 +97,15 @@ class Pending:
             status=self.status, response_headers=response_headers, response_body=body, complete=complete,
         )
         return exchange, error
+
+
+# the only headers the wire parsers read: nothing else (so no secret) is carried further
+_PARSED_REQUEST_HEADERS = ("content-encoding",)
+_PARSED_RESPONSE_HEADERS = ("content-type", "content-encoding", "request-id", "x-request-id")
+
+
+def _picked(headers, names: tuple[str, ...]) -> dict[str, str]:
+    return {name: headers[name] for name in names if name in headers} if headers is not None else {}
 
 
 def _failed(pending: Pending, exc: BaseException) -> None:

@@ -15,10 +15,6 @@ SECRET_RESPONSE_HEADERS = frozenset(
 _SECRET_QUERY = re.compile(r"(key|token|secret|signature|password|sig)$", re.IGNORECASE)
 
 
-def redact_headers(headers: dict[str, str], secret: frozenset[str]) -> dict[str, str]:
-    return {name: (REDACTED if name.lower() in secret else value) for name, value in headers.items()}
-
-
 def redact_url(url: str) -> str:
     """The URL with key-like query parameters (`api_key`, `key`, `token`, `sig`, …) redacted."""
     parts = urlsplit(url)
