@@ -105,7 +105,9 @@ _PARSED_RESPONSE_HEADERS = ("content-type", "content-encoding", "request-id", "x
 
 
 def _picked(headers, names: tuple[str, ...]) -> dict[str, str]:
-    return {name: headers[name] for name in names if name in headers} if headers is not None else {}
+    if headers is None:
+        return {}
+    return {name: value for name in names if (value := headers.get(name)) is not None}
 
 
 def _failed(pending: Pending, exc: BaseException) -> None:
