@@ -11,6 +11,7 @@ flush does); the raw insert gets the same batches. Target: real path >= 50% of r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -42,7 +43,7 @@ def _records(n: int) -> list[list[tuple[str, dict]]]:
     now = datetime.now(timezone.utc)
     out = []
     for _ in range(n):
-        call = template.model_copy()
+        call = dataclasses.replace(template)
         call.call_id, call.run_id = uuid.uuid4().hex, None
         call.span_id, call.trace_id = uuid.uuid4().hex[:16], uuid.uuid4().hex
         call.started_at = call.first_byte_at = call.ended_at = now
