@@ -76,3 +76,31 @@ def test_running_then_ok_in_one_batch_keeps_the_last(tmp_path):
                                + _line("run", {"run_id": "r", "status": "failed", "error_type": "ValueError"}))
     ingest_spools(db, spool)
     assert _rows(db, "SELECT status, error_type FROM runs") == [("failed", "ValueError")]
+
+
+def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
+    """A batch is parsed natively by polars; the line-by-line parse (a torn line's path) must agree."""
+    from workbench.store.ingest import _frame, _frames_fast, _parse_lines, _schemas
+    from workbench.store.records import TABLES
+
+    spool = Spool(tmp_path / "wb.duckdb", tmp_path / "spool", flush_interval_s=3600)
+    tricky = 'naïve "quotes", a \\ backslash, {"kind":"run","row":{}} and ","row": inside, 😀'
+    spool.append("call", {"call_id": "c1", "input_tokens": 5, "tool_names": ["a", tricky], "settled": True,
+                          "started_at": "2025-01-01T00:00:00+00:00", "model_served": None})
+    spool.append("call_body", {"call_id": "c1", "request_json": tricky, "response_json": "{}", "tool_calls": None})
+    spool.append("run", {"run_id": "r1", "name": tricky, "status": "ok", "billed_cost_micros": 12})
+    spool.append("run_tag", {"run_id": "r1", "key": "k", "value": tricky})
+    spool.append("span", {"span_id": "s1", "trace_id": "t1", "name": "chat", "attributes": '{"a": 1}'})
+    spool.append("not_a_table", {"x": 1})
+    spool.flush(ingest=False)
+    data = next((tmp_path / "spool").glob("*.jsonl")).read_bytes()
+    with open_store(tmp_path / "wb.duckdb") as con:
+        fast = _frames_fast(data, _schemas(con))
+        by_kind: dict[str, list[dict]] = {}
+        for record in _parse_lines(data):
+            by_kind.setdefault(record["kind"], []).append(record["row"])
+        slow = {kind: _frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items() if kind in TABLES}
+    assert set(fast) == set(slow) == {"call", "call_body", "run", "run_tag", "span"}
+    for kind in fast:
+        assert fast[kind].to_dicts() == slow[kind].to_dicts(), kind
+    assert fast["run_tag"].to_dicts()[0]["value"] == tricky

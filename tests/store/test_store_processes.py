@@ -161,3 +161,32 @@ def test_sigkill_at_random_points_loses_no_flushed_call_and_doubles_none(tmp_pat
         # the dead process's spool file (torn last line or not) was ingested and removed
         assert not list(spool.glob("*.jsonl"))
     assert len(flushed) > 0
+
+
+FORKER = r"""
+import os, signal, sys, time
+import workbench
+
+workbench.configure(db=sys.argv[1], flush_interval_s=0.05)
+with workbench.run("parent"):
+    pass
+time.sleep(0.3)
+pid = os.fork()
+if pid == 0:
+    with workbench.run("child"):
+        pass
+    time.sleep(0.5)  # the child's own spool thread writes its run ...
+    os.kill(os.getpid(), signal.SIGKILL)  # ... before it dies with no exit hook run
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_child_records_through_a_spool_thread_of_its_own(tmp_path):
+    db = tmp_path / "wb.duckdb"
+    result = subprocess.run([sys.executable, "-c", FORKER, str(db)], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    ingest_spools(db, tmp_path / "spool")
+    with open_store(db, read_only=True) as con:
+        runs = dict(con.execute("SELECT name, count(*) FROM runs GROUP BY name").fetchall())
+    assert runs == {"parent": 1, "child": 1}

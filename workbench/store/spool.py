@@ -13,6 +13,7 @@ Recording is fail-open: errors are logged once and counted in `stats`, and the c
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import socket
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -49,8 +51,9 @@ class Spool:
         self._write_lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._running = False  # the thread is up: `append` checks only this (it runs for every record)
         self._file: Path | None = None
-        self._pid = 0
+        os.register_at_fork(after_in_child=functools.partial(_forked, weakref.ref(self)))
         self._warned: set[str] = set()
         self._stopping = False
         # records written to the spool file that no ingestion has been tried on since: an idle
@@ -98,26 +101,27 @@ class Spool:
         return lines
 
     def _ensure_thread(self) -> None:
-        if self._stopping:  # stopped at exit: the exit flush writes what is left, on its own thread
+        # stopped at exit: the exit flush writes what is left, on its own thread
+        if self._running or self._stopping:
             return
-        if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-            with self._lock:
-                if self._pid != os.getpid():  # a forked child writes its own file
-                    self._pid, self._file = os.getpid(), None
-                    self._thread = None
-                if self._thread is None or not self._thread.is_alive():
-                    self._thread = threading.Thread(target=self._run, name="workbench-spool", daemon=True)
-                    self._thread.start()
+        with self._lock:
+            if not self._running:
+                self._running = True
+                self._thread = threading.Thread(target=self._run, name="workbench-spool", daemon=True)
+                self._thread.start()
 
     def _run(self) -> None:
-        while not self._stopping:
-            self._wake.wait(self.flush_interval_s)
-            self._wake.clear()
-            if not self._stopping:
-                self.flush(ingest=False)
-                due = time.monotonic() - self._ingested_at >= INGEST_EVERY_S
-                if self._to_ingest and (due or self._to_ingest >= INGEST_AFTER_RECORDS):
-                    self._ingest_in_background()
+        try:
+            while not self._stopping:
+                self._wake.wait(self.flush_interval_s)
+                self._wake.clear()
+                if not self._stopping:
+                    self.flush(ingest=False)
+                    due = time.monotonic() - self._ingested_at >= INGEST_EVERY_S
+                    if self._to_ingest and (due or self._to_ingest >= INGEST_AFTER_RECORDS):
+                        self._ingest_in_background()
+        finally:
+            self._running = False  # whatever ended it, the next record starts another
 
     def _ingest_in_background(self) -> None:
         """Ingest in a detached process, one at a time: DuckDB in the recording process would hold
@@ -186,6 +190,15 @@ class Spool:
         if what not in self._warned:
             self._warned.add(what)
             log.warning("workbench could not %s recorded data (kept for retry where possible): %s", what, exc)
+
+
+def _forked(spool_ref: weakref.ref) -> None:
+    """In a forked child: no spool thread came along, and a lock another thread held stays held;
+    the child starts its own thread and writes its own file."""
+    spool = spool_ref()
+    if spool is not None:
+        spool._lock, spool._write_lock = threading.Lock(), threading.Lock()
+        spool._running, spool._thread, spool._file, spool._ingester = False, None, None, None
 
 
 _spools: dict[tuple[Path, Path], Spool] = {}
