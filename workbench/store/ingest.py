@@ -65,7 +65,8 @@ def _read_lines(path: Path, offset: int) -> tuple[bytes, int]:
     end = data.rfind(b"\n")
     if end < 0:
         return b"", offset
-    return data[: end + 1], offset + end + 1
+    # no torn tail (the usual case): the bytes as read, not a copy of tens of megabytes
+    return (data if end == len(data) - 1 else data[: end + 1]), offset + end + 1
 
 
 def _parse_lines(data: bytes) -> list[dict]:

@@ -158,7 +158,7 @@ class Spool:
             lines = self._encode(batch)
             if lines:
                 try:
-                    data = b"\n".join(lines) + b"\n"
+                    data = b"\n".join([*lines, b""])  # one copy, ending in a newline
                     fd = os.open(self._path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                     try:
                         view = memoryview(data)
