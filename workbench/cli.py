@@ -135,6 +135,15 @@ def cassettes_export(
     console.print(f"wrote {cassette} and {case}")
 
 
+def dashboard_app() -> Path | None:
+    """The Streamlit app: `dashboards/` of a source checkout, else the copy a wheel ships."""
+    package = Path(__file__).resolve().parent
+    for app_path in (package.parent / "dashboards" / "app.py", package / "_dashboards" / "app.py"):
+        if app_path.is_file():
+            return app_path
+    return None
+
+
 @app.command("dashboard")
 def dashboard(
     db: Annotated[Path | None, typer.Option(help="the store to show (default: the db setting)")] = None,
@@ -145,10 +154,10 @@ def dashboard(
     import os
     import subprocess
 
-    app_path = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
-    if not app_path.is_file():
-        err_console.print(f"[bold red]the dashboard app is missing[/]: {app_path}\n[bold]fix:[/] install "
-                          "replay-workbench from a source checkout (`pip install -e .`)")
+    app_path = dashboard_app()
+    if app_path is None:
+        err_console.print("[bold red]the dashboard app is missing[/] from this installation\n[bold]fix:[/] "
+                          "reinstall replay-workbench (`pip install --force-reinstall replay-workbench`)")
         raise typer.Exit(2)
     env = dict(os.environ)
     if db is not None:
