@@ -286,3 +286,23 @@ def test_a_miss_through_the_async_client_is_not_retried_either(store, tmp_path):
     with pytest.raises(openai.BadRequestError, match="WB_REPLAY_MISS"):
         asyncio.run(go())
     assert len(attempts) == 1 and [m.code for m in cassette.misses] == ["WB_REPLAY_MISS"]
+
+
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_a_recording_edited_by_hand_replays_the_request_it_now_holds(store, tmp_path, sdk):
+    """Stored hashes are trusted for speed; an edited request body keeps its old hash in the file. A
+    miss looks again at what each recording holds now, so the edited request replays."""
+    cassette_path, url = _record_one(tmp_path, sdk)
+    data = json.loads(cassette_path.read_text())
+    request = data["interactions"][0]["request"]
+    request["body"] = request["body"].replace("quarterly", "annual")
+    cassette_path.write_text(json.dumps(data))
+    assert data["workbench"]["request_hashes"]  # the stale hash is still there
+
+    cassette = Cassette(cassette_path, mode="replay")
+    answer = ask(sdk, url, cassette.http_client(transport=_Network()), "Summarise the annual report")
+    assert cassette.misses == []
+    assert (answer.choices[0].message.content if sdk == "openai" else answer.content[0].text)
+    with pytest.raises(openai.BadRequestError if sdk == "openai" else anthropic.BadRequestError):
+        ask(sdk, url, cassette.http_client(transport=_Network()), "Summarise the weekly report")
+    assert [error.code for error in cassette.misses] == ["WB_REPLAY_MISS"]

@@ -10,6 +10,7 @@ import heapq
 import json
 import re
 import threading
+from bisect import insort
 from collections import defaultdict
 from urllib.parse import urlsplit
 
@@ -36,6 +37,7 @@ class CassetteIndex:
         self._next: dict[str, int] = defaultdict(int)
         self.played: set[int] = set()
         self._lock = threading.Lock()
+        self._stored_trusted = hashes is not None  # until a miss makes us look again
         self._words: list[frozenset[bytes]] = []  # word sets of request bodies, built at the first miss
 
     def take(self, digest: str, repeat: bool = True) -> int | None:
@@ -43,6 +45,9 @@ class CassetteIndex:
         `repeat` (replay mode), else None (record mode: a retry of a recorded error is missing)."""
         with self._lock:
             indices = self._by_hash.get(digest)
+            if not indices and self._stored_trusted:
+                self._rehash()
+                indices = self._by_hash.get(digest)
             if not indices:
                 return None
             position = self._next[digest]
@@ -52,6 +57,16 @@ class CassetteIndex:
             self._next[digest] = position + 1
             self.played.add(index)
             return index
+
+    def _rehash(self) -> None:
+        """Also index each recording by the hash of the request it holds now (once, at the first
+        miss): the stored hashes are trusted for speed, and a request edited by hand keeps its old
+        one in the file."""
+        self._stored_trusted = False
+        for index, interaction in enumerate(self.interactions):
+            digest = interaction_hash(interaction)
+            if digest != self.hashes[index]:
+                insort(self._by_hash[digest], index)
 
     def add(self, interaction: Interaction) -> int:
         with self._lock:
