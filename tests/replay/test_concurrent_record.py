@@ -17,7 +17,8 @@ WORKER = textwrap.dedent("""
     from workbench.demo.fake_provider import FakeProvider, FakeTransport
 
     worker, path, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    client = workbench.http_client(cassette=path, mode="record", transport=FakeTransport(FakeProvider()))
+    mode = sys.argv[4] if len(sys.argv) > 4 else "record"
+    client = workbench.http_client(cassette=path, mode=mode, transport=FakeTransport(FakeProvider()))
     for n in range(count):
         body = {"model": "wbt-gpt", "messages": [{"role": "user", "content": f"worker {worker} request {n}"}]}
         assert client.post("http://fake.test/v1/chat/completions", json=body).status_code == 200
@@ -48,3 +49,30 @@ def test_four_processes_record_into_one_cassette(tmp_path):
         body = {"model": "wbt-gpt", "messages": [{"role": "user", "content": text}]}
         response = client.post("http://fake.test/v1/chat/completions", json=body)
         assert response.json()["choices"][0]["message"]["content"] == f"echo: {text}"
+
+
+def _texts(path) -> list[str]:
+    return [json.loads(i["request"]["body"])["messages"][0]["content"] for i in json.loads(path.read_text())["interactions"]]
+
+
+def test_workers_of_one_rerecord_run_keep_each_others_recordings_and_drop_the_old(tmp_path):
+    """`rerecord` under pytest-xdist: the workers of one run share the cassette (none overwrites
+    another), and what runs before them recorded is gone."""
+    path = tmp_path / "shared.json"
+    env = {**os.environ, "WORKBENCH_DB": str(tmp_path / "wb.duckdb"), "WORKBENCH_CAPTURE": "false"}
+    old = subprocess.run([sys.executable, "-c", WORKER, "9", str(path), "3"], env=env, capture_output=True, text=True)
+    assert old.returncode == 0, old.stderr
+    assert len(_texts(path)) == 3
+
+    run = {**env, "PYTEST_XDIST_TESTRUNUID": "run-1"}
+    workers = [subprocess.Popen([sys.executable, "-c", WORKER, str(n), str(path), "20", "rerecord"], env=run,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for n in range(3)]
+    for worker in workers:
+        _, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err.decode()
+    assert sorted(_texts(path)) == sorted(f"worker {w} request {n}" for w in range(3) for n in range(20))
+
+    again = subprocess.run([sys.executable, "-c", WORKER, "5", str(path), "2", "rerecord"],
+                           env={**env, "PYTEST_XDIST_TESTRUNUID": "run-2"}, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert _texts(path) == ["worker 5 request 0", "worker 5 request 1"]  # a new run rerecords everything

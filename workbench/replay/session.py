@@ -117,18 +117,22 @@ class Cassette:
         lock = os.open(self.path.parent, os.O_RDONLY)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            known = None
+            on_disk, meta = (parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
+                             if self.path.exists() else ([], {}))
+            written = {"request_hashes": None}
             if self.mode == "rerecord":
-                merged = list(self.index.interactions)
-            else:
-                on_disk, meta = (parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
-                                 if self.path.exists() else ([], {}))
-                merged = [scrub(item) for item in on_disk] + new
-                stored = meta.get("request_hashes")
-                if isinstance(stored, list) and len(stored) == len(on_disk):  # not rehashed on every save
-                    known = stored + [None] * len(new)
-            hashes = CassetteIndex(merged, known).hashes
-            write_cassette(self.path, merged, {"request_hashes": hashes})
+                # what this run rerecorded (its pytest-xdist workers, its earlier sessions) is kept;
+                # anything older is what rerecord replaces
+                written["rerecorded_in"] = _RUN
+                if meta.get("rerecorded_in") != _RUN:
+                    on_disk, meta = [], {}
+                elif not new:
+                    return
+            merged = [scrub(item) for item in on_disk] + new
+            stored = meta.get("request_hashes")
+            known = stored + [None] * len(new) if isinstance(stored, list) and len(stored) == len(on_disk) else None
+            written["request_hashes"] = CassetteIndex(merged, known).hashes  # not rehashed on every save
+            write_cassette(self.path, merged, written)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             os.close(lock)
