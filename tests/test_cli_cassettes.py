@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
 FIXTURE = Path(__file__).parent / "fixtures" / "cassettes" / "anthropic_cache.yaml"
 
 

@@ -17,7 +17,7 @@ from workbench.replay.cassette import load_cassette
 from workbench.wire import Exchange, parse_exchange
 from workbench.wire.decode import decode_body
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 FILES = sorted(str(path.relative_to(CORPUS)) for path in CORPUS.glob("*/*.yaml"))
 UNSAFE = "DataDog__dd-trace-py/tests__cassettes__anthropic__anthropic_v1_messages_beta_true_post_1913e018.yaml"
 FIELDS = ("wire", "stream", "http_status", "model_served", "stop_reason", "settled", "error_type", "input_tokens",

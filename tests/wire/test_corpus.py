@@ -12,7 +12,7 @@ from workbench.errors import WorkbenchError
 from workbench.replay.cassette import load_cassette
 from workbench.wire import parse_exchange
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "corpus"
 EXPECTATIONS = json.loads((Path(__file__).parent / "corpus_expectations.json").read_text())
 FIELDS = (
     "wire", "stream", "http_status", "model_served", "stop_reason", "settled", "input_tokens",
