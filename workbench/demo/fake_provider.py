@@ -71,6 +71,7 @@ class Reply:
     delay_s: float = 0.0  # applied by the server / transports before the response starts
     retry_after: float | None = None
     usage: dict[str, int] | None = None  # input_tokens, cache_read_tokens, cache_write_tokens, output_tokens
+    usage_reported: bool = True  # chat wire: False answers with no usage at all, as some compatible servers do
     model: str | None = None  # model served; default: the model requested
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -298,6 +299,7 @@ class _Turn:
     calls: list[tuple[str, str, str]]  # (call id, name, JSON arguments)
     stop: str  # raw, any wire's spelling
     usage: dict[str, int]  # input_tokens (uncached), cache_read/write_tokens, output/reasoning_tokens
+    usage_reported: bool = True
 
 
 class FakeProvider:
@@ -481,7 +483,7 @@ class FakeProvider:
                  "output_tokens": max(1, visible(text) + reply.reasoning_tokens),
                  "reasoning_tokens": reply.reasoning_tokens}
         usage.update(reply.usage or {})
-        return _Turn(n, reply.model or model, text, reply.refusal, calls, stop, usage)
+        return _Turn(n, reply.model or model, text, reply.refusal, calls, stop, usage, reply.usage_reported)
 
 
 # ---------------------------------------------------------------- OpenAI chat completions
@@ -504,9 +506,10 @@ def _render_chat(t: _Turn, body: dict, stream: bool) -> Any:
         if t.calls:
             message["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
                                      for cid, name, args in t.calls]
-        return {**head, "object": "chat.completion", "usage": _chat_usage(t.usage),
+        reported = {"usage": _chat_usage(t.usage)} if t.usage_reported else {}
+        return {**head, "object": "chat.completion", **reported,
                 "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]}
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and t.usage_reported
     head = {**head, "object": "chat.completion.chunk", **({"usage": None} if include_usage else {})}
 
     def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
