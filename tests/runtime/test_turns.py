@@ -189,3 +189,20 @@ def test_a_cancelled_tool_batch_stops_the_run_before_another_turn(anthropic_gate
     assert cancelled == ["x"] and len(fake.requests) == 1
     row = store.run(name="agent")
     assert (row["error_code"], row["billed_calls"]) == ("WB_ABORTED", 1)
+
+
+def test_the_redactor_sees_every_tool_result_before_the_provider(store, fake):
+    from workbench.demo.fake_provider import AsyncFakeTransport
+
+    def patient(record_id: str) -> str:
+        """A patient record."""
+        return f"record {record_id}: Jane Roe, 1970-01-01"
+
+    gateway = Gateway([AnthropicProvider("http://a.test", "k", [CLAUDE], transport=AsyncFakeTransport(fake))],
+                      CLAUDE, redact=lambda text: text.replace("Jane Roe", "[patient]"))
+    fake.script(Reply(tool_calls=[("patient", {"record_id": "r1"})]), "done")
+    result = Agent(gateway, "Summarise record r1 for Jane Roe.", [patient]).run()
+    assert "Jane Roe" not in fake.requests[0].body.decode() and "Jane Roe" not in fake.requests[1].body.decode()
+    assert fake.requests[1].json["messages"][2]["content"][0]["content"] == "record r1: [patient], 1970-01-01"
+    state = store.rows("SELECT state FROM checkpoints WHERE run_id = ?", result.run_id)[0]["state"]
+    assert "Jane Roe" not in state  # the checkpoint holds what was sent, already redacted
