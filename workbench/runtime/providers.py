@@ -187,7 +187,7 @@ class OpenAIProvider(Provider):
 
     def headers(self, request: ModelRequest | None = None) -> dict[str, str]:
         headers = {"authorization": f"Bearer {self.api_key}", "content-type": "application/json", **self.extra_headers}
-        if request is not None and request.session and request.cache and self.rule(request).session == "header":
+        if request is not None and request.session and self.rule(request).session == "header":
             headers["x-session-id"] = session_header(request.session)
         return headers
 
@@ -252,12 +252,11 @@ class OpenAIProvider(Provider):
         if request.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}  # else the last chunk carries no usage
-        if request.cache:
-            rule = self.rule(request)
-            if rule.marks == "tail":
-                mark_chat_tail(body, stable_system=bool(request.system))
-            if request.session and rule.session == "body":
-                body["prompt_cache_key"] = session_key(request.session)
+        rule = self.rule(request)
+        if request.cache and rule.marks == "tail":
+            mark_chat_tail(body, stable_system=bool(request.system))
+        if request.session and rule.session == "body":  # a routing key: sent even below the cacheable minimum
+            body["prompt_cache_key"] = session_key(request.session)
         return body
 
     def is_context_overflow(self, status: int, body: bytes) -> bool:
