@@ -12,7 +12,7 @@ from workbench.capture import run
 from workbench.demo.fake_provider import AsyncFakeTransport, Reply
 from workbench.errors import WorkbenchError
 from workbench.runtime import Agent, AnthropicProvider, Gateway, ResponseCache, TextPrompt, acting_for, llm
-from workbench.store.queries import Filters, response_cache_hits
+from workbench.store.queries import Filters, cache_page, response_cache_hits
 from workbench.store.db import open_store
 
 
@@ -47,7 +47,9 @@ def test_an_exact_repeat_by_the_same_actor_is_served_from_the_cache(store, fake)
         runs[1]["run_id"], paid["call_id"], paid["cost_micros"], "classify")
     with open_store(store.db, read_only=True) as con:
         summary = response_cache_hits(con, Filters())
+        page = cache_page(con, Filters())["response_cache"]  # what the dashboard's Prompt cache page shows
     assert summary.select("model", "hits", "saved_cost_micros").rows() == [(CLAUDE, 1, paid["cost_micros"])]
+    assert page.equals(summary)
     assert gateway.cache.hits == 1
 
 

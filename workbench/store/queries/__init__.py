@@ -48,7 +48,8 @@ def overview_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.Da
 def cache_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
     with scope(con, f):
         groups = cache_savings(con, f, ("prompt_id", "prompt_version", "model"))
-        return {"totals": cache_totals(groups), "by_prompt_model": groups, "unstable": unstable_prefix_runs(con, f)}
+        return {"totals": cache_totals(groups), "by_prompt_model": groups, "unstable": unstable_prefix_runs(con, f),
+                "response_cache": response_cache_hits(con, f)}
 
 
 def compaction_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
