@@ -118,32 +118,37 @@ class Agent:
                    attachments: Sequence[Image | Document] = ()) -> AgentResult:
         """Run the agent to a final answer (async core)."""
         screen_secrets(vars or {}, f"the variables of agent {self.name!r}")
-        picks = self._picks(model, offer_tools, limits, budget, actor)
-        return await self._run(picks, None, {}, vars=vars or {}, system_dynamic=system_dynamic,
-                               attachments=tuple(attachments))
+        return await self._run(lambda: (self._picks(model, offer_tools, limits, budget, actor), None), {},
+                               vars=vars or {}, system_dynamic=system_dynamic, attachments=tuple(attachments))
 
     async def aresume(self, run_id: str, *, offer_tools: Sequence[str] | None = None, limits: Limits | None = None,
                       budget: Budget | None = None, actor: str | None = None) -> AgentResult:
         """Go on from the last checkpoint of `run_id` in a new run (tagged `resumed_from`): the turns
         and tool results it holds are not bought or run again; `max_turns` and the budget count
         from what it had used."""
-        state = checkpoint.load(run_id)
-        picks = self._picks(state.model, offer_tools, limits, budget, actor)
-        self._bound(state, picks, f"the checkpoint of run {run_id!r}")
-        return await self._run(picks, state, {"resumed_from": run_id})
+        def prepare() -> tuple[Picks, RunState]:
+            state = checkpoint.load(run_id)
+            picks = self._picks(state.model, offer_tools, limits, budget, actor)
+            self._bound(state, picks, f"the checkpoint of run {run_id!r}")
+            return picks, state
+
+        return await self._run(prepare, {"resumed_from": run_id})
 
     async def acontinue(self, transcript: str, user: str, *, model: str | None = None,
                         offer_tools: Sequence[str] | None = None, limits: Limits | None = None,
                         budget: Budget | None = None, actor: str | None = None) -> AgentResult:
-        """Append ONE user turn to a signed transcript and go on. Checked before anything is loaded
+        """Append ONE user turn to a signed transcript and go on. Checked before anything is sent
         or spent (`WB_AGENT_TRANSCRIPT_INVALID`); the conversation is re-sent byte for byte, so its
         prefix reads from the provider's cache, and no tool runs twice."""
         if not isinstance(user, str) or not user.strip():
             raise invalid("user", user, "the text of the user turn to add")
-        picks = self._picks(model, offer_tools, limits, budget, actor)
-        state = verify(transcript, agent=self.name, prompt=prompt_tags(self.prompt) or {}, model=picks.model,
-                       tools=picks.offered_names(self.output is not None))
-        return await self._run(picks, state, {"continued": "true"}, user=user)
+
+        def prepare() -> tuple[Picks, RunState]:
+            picks = self._picks(model, offer_tools, limits, budget, actor)
+            return picks, verify(transcript, agent=self.name, prompt=prompt_tags(self.prompt) or {}, model=picks.model,
+                                 tools=picks.offered_names(self.output is not None))
+
+        return await self._run(prepare, {"continued": "true"}, user=user)
 
     def run(self, vars: Mapping[str, Any] | None = None, **options) -> AgentResult:
         """The sync twin of `arun` (same arguments)."""
@@ -196,8 +201,9 @@ class Agent:
                     "resume it with the same agent, prompt version and tools, or run the agent again from the start",
                 )
 
-    async def _run(self, picks: Picks, state: RunState | None, tags: dict, **start) -> AgentResult:
+    async def _run(self, prepare: Callable[[], tuple[Picks, RunState | None]], tags: dict, **start) -> AgentResult:
         async with run(self.name, kind="agent", prompt=prompt_tags(self.prompt), **tags) as current:
+            picks, state = prepare()  # inside the run: a refusal is on the record, before anything is sent
             spent = state.spent if state is not None else (0, 0)
             declared = self.budget if self.budget is not None else self.gateway.budget
             loop = Loop(self, picks, current, state, **start)
