@@ -20,6 +20,8 @@ Token counting (deterministic, documented because tests assert on it): a piece o
   then one ``role: content`` line per message / input item) and input is that string's cost.
 * Output is the cost of the visible text + refusal + each tool call's name and JSON arguments,
   plus ``Reply.reasoning_tokens`` (reasoning tokens are output tokens), at least 1.
+* ``Reply(usage_reported=False)`` answers on the chat wire with no usage at all (no ``usage`` field,
+  no usage chunk even when ``stream_options.include_usage`` asks), as some compatible servers do.
 
 Prompt caching (deterministic and per provider instance, like a real cache but never expiring):
 
