@@ -18,7 +18,7 @@ from runtime_support import CLAUDE
 from workbench.capture import billed_of
 from workbench.demo.fake_provider import FakeRequest, Reply
 from workbench.errors import WorkbenchError
-from workbench.runtime import Agent, AnthropicProvider, Budget, Gateway
+from workbench.runtime import Agent, AnthropicProvider, Budget, Gateway, checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +59,11 @@ def test_every_turn_boundary_is_a_checkpoint_the_hook_sees(anthropic_gateway, fa
     assert [row["turn"] for row in rows] == [1, 2, 3] == [info.turn for info in seen]  # never after the answer
     assert [row["checkpoint_id"] for row in rows] == [info.checkpoint_id for info in seen]
     assert {row["agent"] for row in rows} == {"reader"} and {row["model"] for row in rows} == {CLAUDE}
-    last = json.loads(rows[-1]["state"])
+    # the first holds the full state, the others the turn each added
+    assert [row["full_state"] for row in rows] == [True, False, False]
+    assert [len(json.loads(row["state"])["turns"]) for row in rows] == [1, 1, 1]
+    last = seen[-1].state.to_json()
+    assert checkpoint.load(result.run_id).to_json() == last  # the parts add up to the last state
     assert [pair[1]["results"][0][2] for pair in last["turns"]] == [f"page {n}: " + "text " * 20 for n in (1, 2, 3)]
     calls = store.calls(result.run_id)
     assert last["billed"]["calls"] == 3 and last["billed"]["cost_micros"] == sum(c["cost_micros"] for c in calls[:3])
@@ -177,3 +181,20 @@ def test_a_killed_process_is_resumed_from_the_store(store, fake_provider, fake_u
     assert fake_provider.requests[3].body == fake_provider.requests[2].body
     assert result.billed.calls == 3  # turn 3 again, then 4 and the answer: turns 1 and 2 were not bought again
     assert json.loads(store.run(result.run_id)["tags"])["resumed_from"] == run_id
+
+
+def test_a_compacted_run_checkpoints_in_parts_that_add_up(store):
+    from test_compaction import MAX_TOKENS, gateway_for, pages, scripted
+
+    seen = []
+    agent = Agent(gateway_for(scripted(final_after=14)), "Read every page.", [pages(400)], max_turns=20,
+                  max_tokens=MAX_TOKENS, on_checkpoint=seen.append)
+    result = agent.run()
+    assert result.compactions
+    rows = store.rows("SELECT full_state, turn, state FROM checkpoints WHERE run_id = ? ORDER BY turn", result.run_id)
+    full = [row["turn"] for row in rows if row["full_state"]]
+    assert full[0] == 1 and len(full) == 1 + len([c for c in result.compactions if c.outcome == "ok"])
+    assert checkpoint.load(result.run_id).to_json() == seen[-1].state.to_json()
+    # linear: each turn is stored once, again only as one of the (4) kept turns of a full state
+    stored = sum(len(json.loads(row["state"])["turns"]) for row in rows)
+    assert stored <= result.turns + 4 * len(full)

@@ -113,6 +113,7 @@ class Loop:
         self.repair_of: str | None = None
         self.request_turns = 0  # how many turns the last request sent held (for a failure's transcript)
         self.tool_calls = 0
+        self.checkpoints = checkpoint.Writer(self.run_id)
         gateway = agent.gateway
         if state is None:
             self.start: RunState | None = None
@@ -169,7 +170,7 @@ class Loop:
         if not agent.checkpoints and agent.on_checkpoint is None:
             return
         state = self.state()
-        checkpoint_id = checkpoint.write(self.run_id, state) if agent.checkpoints else ""
+        checkpoint_id = self.checkpoints.write(state) if agent.checkpoints else ""
         event(semconv.EVENT_AGENT_CHECKPOINT, turn=self.turn, checkpoint_id=checkpoint_id)
         await call_hook(agent.on_checkpoint, checkpoint.CheckpointInfo(
             checkpoint_id=checkpoint_id, run_id=self.run_id, turn=self.turn, run=state.billed, state=state))

@@ -16,6 +16,7 @@ stream (never drained), releases the budget reservation and stores the run as ab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
@@ -79,11 +80,12 @@ class LlmStream:
                     prompt_hash=getattr(prompt, "hash", None), **self._knobs,
                 )
                 completion: Completion | None = None
-                async for item in gateway.stream(request):
-                    if isinstance(item, Completion):
-                        completion = item
-                    else:
-                        await queue.put(StreamChunk("text", item))
+                async with contextlib.aclosing(gateway.stream(request)) as items:  # cut at once when cancelled
+                    async for item in items:
+                        if isinstance(item, Completion):
+                            completion = item
+                        else:
+                            await queue.put(StreamChunk("text", item))
                 assert completion is not None
                 check_turn(completion, model_name, "the streamed call", ceiling, gateway)
                 text = completion.text or ""

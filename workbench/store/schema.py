@@ -113,7 +113,9 @@ MIGRATIONS: list[tuple[str, str]] = [
             checkpoint_id VARCHAR PRIMARY KEY, run_id VARCHAR, agent VARCHAR,
             turn INTEGER,              -- turns used so far, every earlier run of the conversation included
             created_at TIMESTAMPTZ, model VARCHAR, prompt_id VARCHAR, prompt_version VARCHAR, prompt_hash VARCHAR,
-            state VARCHAR);            -- JSON: conversation, tool results, bill, ledger, compaction state
+            -- JSON: conversation, tool results, bill, ledger, compaction state. A full state, or (so a long
+            -- run's checkpoints grow linearly, not quadratically) the turns added since the one before
+            full_state BOOLEAN, state VARCHAR);
         CREATE INDEX checkpoints_run ON checkpoints (run_id);
         -- one row per model call the gateway's response cache answered: nothing was sent or paid
         CREATE TABLE response_cache_hits (

@@ -9,13 +9,17 @@ from workbench.store.queries._base import Filters, _frame
 from workbench.store.queries.runs import has_tables
 
 
-def last_checkpoint(con: duckdb.DuckDBPyConnection, run_id: str) -> str | None:
-    """The state (JSON text) of the run's latest checkpoint, or None."""
+def last_checkpoint(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """The states (JSON text) that make up the run's latest checkpoint: its last full state, then
+    every delta after it, oldest first; [] when the run has none."""
     if not has_tables(con, "checkpoints"):
-        return None
-    rows = _frame(con, "SELECT state FROM checkpoints WHERE run_id = $run_id ORDER BY turn DESC, created_at DESC "
-                       "LIMIT 1", {"run_id": run_id})
-    return rows["state"][0] if rows.height else None
+        return []
+    rows = _frame(con, """
+        SELECT state FROM checkpoints
+        WHERE run_id = $run_id AND turn >= coalesce(
+            (SELECT max(turn) FROM checkpoints WHERE run_id = $run_id AND full_state), 0)
+        ORDER BY turn, created_at""", {"run_id": run_id})
+    return rows["state"].to_list()
 
 
 def response_cache_hits(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
