@@ -1,6 +1,7 @@
 """Prompt cache: how much of the input was read from the cache, how often a request hit it, and
 the money the reads saved net of what the writes cost extra, by prompt and model; the runs whose
-later turns read nothing (an unstable prefix)."""
+later turns read nothing (an unstable prefix); and the calls the runtime's response cache answered
+without sending anything."""
 
 from __future__ import annotations
 
@@ -58,3 +59,10 @@ st.caption(f"{count:,} runs made two or more calls, wrote the cache on the first
            "something early in the prompt (a timestamp, an id, tool order) changes between turns.")
 ui.table(ui.with_explorer_links(unstable.drop("total_runs") if "total_runs" in unstable.columns else unstable),
          "unstable_prefix_runs", column_config={"run": ui.explorer_link_column()})
+
+st.subheader("Response cache")
+hits = data["response_cache"]
+st.caption("Calls the runtime's gateway answered from its response cache (Gateway(cache=ResponseCache())): nothing "
+           "was sent or paid. 'Saved' is what the re-served calls cost when they were paid; it is never added to "
+           "what was paid.")
+ui.table(hits, "response_cache_hits", money_columns=(), exact_columns=("saved_cost_micros",))

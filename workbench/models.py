@@ -11,6 +11,7 @@ import threading
 import tomllib
 from datetime import date
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -68,6 +69,15 @@ class ModelSpec(PriceTier):
     long_context: LongContextTier | None = None
     source: str  # where the price was read
     as_of: date  # when it was read
+    # capabilities: what the runtime may send this model. A parameter it does not take is withheld
+    # (sampling) or refused before the call (reasoning, inputs), never sent to earn a 400.
+    family: str | None = None  # the capability ladder it is a rung on (registration order, most capable first)
+    sampling: list[Literal["temperature", "seed"]] = Field(default_factory=list)  # absent: neither is sent
+    reasoning_effort: bool = False  # takes an effort control (reasoning_effort / output_config.effort)
+    thinking: bool = False  # takes an extended-thinking switch
+    forced_tool_choice: bool = True  # accepts a forced tool choice (llm()'s respond tool)
+    cache_min_tokens: int = Field(default=0, ge=0)  # a shorter prefix is not cached, so not marked
+    input_kinds: list[Literal["text", "image", "document"]] = Field(default_factory=lambda: ["text"])
 
     @model_validator(mode="after")
     def _match_own_id(self) -> ModelSpec:
@@ -109,9 +119,24 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     def register(self, spec: ModelSpec) -> ModelSpec:
+        """Add a row; a row of the same id is replaced where it stands (it keeps its rung)."""
         with self._lock:
-            self._rows = [row for row in self._rows if row.id != spec.id] + [spec]
+            ids = [row.id for row in self._rows]
+            if spec.id in ids:
+                self._rows = [spec if row.id == spec.id else row for row in self._rows]
+            else:
+                self._rows = [*self._rows, spec]
         return spec
+
+    def more_capable_than(self, name: str | None) -> ModelSpec | None:
+        """The next rung up `name`'s ladder: the row registered just before it in its family (rows
+        without a family are one family). None at the top, or for a model no row matches."""
+        row = self.find(name)
+        if row is None:
+            return None
+        rungs = [other for other in self._rows if other.family == row.family]
+        index = next(i for i, other in enumerate(rungs) if other.id == row.id)
+        return rungs[index - 1] if index > 0 else None
 
     def clear(self) -> None:
         with self._lock:

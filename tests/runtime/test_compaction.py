@@ -1,6 +1,8 @@
 """Auto-compaction against the fake's honest token counts: a long tool loop compacts with exact
-row values and keeps running; a context-overflow refusal gets one forced compaction, then
-WB_AGENT_CONTEXT_EXHAUSTED; a failed summary keeps the run whole while it fits."""
+row values and keeps running; the summary call is the run's own cached request up to the cut plus one
+instruction, or (when that does not fit the summary model) the turns as clipped text; a
+context-overflow refusal gets one forced compaction, then WB_AGENT_CONTEXT_EXHAUSTED; a failed
+summary keeps the run whole while it fits and waits to try again until it no longer does."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ LIMIT = int(0.8 * ROOM)
 
 
 def is_summary(request: FakeRequest) -> bool:
-    return request.json.get("system", [{}])[0].get("text") == INSTRUCTIONS
+    last = request.json["messages"][-1]["content"]
+    return any(block.get("text") == INSTRUCTIONS for block in last if isinstance(block, dict))
 
 
 def scripted(final_after: int, summary: Reply | None = None, fake_window: int = SMALL_WINDOW) -> FakeProvider:
@@ -81,10 +84,11 @@ def test_a_long_tool_loop_compacts_with_exact_row_values_and_keeps_running(store
     assert len(rows) >= 1 and len(rows) == len(infos) == len(result.compactions)
     first = rows[0]
     summary_index = next(i for i, r in enumerate(fake.requests) if is_summary(r))
-    before, after = fake.requests[summary_index - 1], fake.requests[summary_index + 1]
+    before, summary, after = fake.requests[summary_index - 1], fake.requests[summary_index], fake.requests[summary_index + 1]
     turn = summary_index + 1  # agent requests before the first summary, plus one
+    summarised = turn - 1 - 4
     assert (first["turn"], first["outcome"], first["limit_tokens"], first["model"]) == (turn, "ok", LIMIT, SMALL)
-    assert (first["summarised_turns"], first["kept_turns"]) == (turn - 1 - 4, 4)
+    assert (first["summarised_turns"], first["kept_turns"]) == (summarised, 4)
 
     # the estimates are the request's bytes / 4, scaled by what the fake reported for the last one
     calls = [c for c in store.calls(result.run_id)]
@@ -96,17 +100,32 @@ def test_a_long_tool_loop_compacts_with_exact_row_values_and_keeps_running(store
         len(fake.requests[summary_index - 2].body) / 4)
     assert estimate(before, ratio_before) <= LIMIT  # the turn before did not need one
 
-    # ONE summary call, billed to the run, its cost on the row
+    # the summary call is the run's own request up to the cut plus ONE instruction: same system,
+    # tools and cache hint, so it reads the prefix the turn that ended at the cut cached
+    old, asked = strip_marks(before.json), strip_marks(summary.json)
+    cut = 1 + 2 * summarised
+    assert asked["tools"] == old["tools"] and asked.get("system") == old.get("system")
+    assert asked["messages"][:cut - 1] == old["messages"][:cut - 1]
+    assert asked["messages"][cut - 1]["content"][:-1] == old["messages"][cut - 1]["content"]
+    assert asked["messages"][cut - 1]["content"][-1] == {"type": "text", "text": INSTRUCTIONS}
+    assert len(asked["messages"]) == cut and "tool_choice" not in asked
+    assert asked["max_tokens"] == min(2048, MAX_TOKENS)  # the default summary size
     summary_call = calls[summary_index]
-    assert json.loads(store.rows("SELECT request_json FROM call_bodies WHERE call_id = ?",
-                                 summary_call["call_id"])[0]["request_json"])["system"][0]["text"] == INSTRUCTIONS
+    assert summary_call["cache_read_tokens"] > 0  # the cached prefix, read back
+
+    # ONE summary call, billed to the run, its cost and usage on the row and the hook
     assert first["cost_micros"] == summary_call["cost_micros"] > 0
+    info = infos[0]
+    assert (info.summary_input, info.clipped, info.omitted, info.compactions, info.trigger) == (
+        "messages", 0, 0, 1, "threshold")
+    assert (info.usage.cache_read_tokens, info.usage.output_tokens) == (
+        summary_call["cache_read_tokens"], summary_call["output_tokens"])
+    assert [item.compactions for item in infos] == list(range(1, len(infos) + 1))
     store.assert_bill_exact(result.run_id, result.billed)
 
     # system, tools and the kept turns are the same bytes; the summary joins the task message
-    old, new = strip_marks(before.json), strip_marks(after.json)
-    assert (old["system"] if "system" in old else None) == (new["system"] if "system" in new else None)
-    assert old["tools"] == new["tools"]
+    new = strip_marks(after.json)
+    assert old.get("system") == new.get("system") and old["tools"] == new["tools"]
     kept_before = old["messages"][-(2 * 3):]  # turns turn-4 .. turn-2, sent before compaction
     assert new["messages"][1:1 + 2 * 3] == kept_before
     assert len(new["messages"]) == 1 + 2 * 4
@@ -118,6 +137,8 @@ def test_a_long_tool_loop_compacts_with_exact_row_values_and_keeps_running(store
 
     events = store.events(result.run_id, "agent.compact")
     assert events[0]["trigger"] == "threshold" and events[0]["tokens_before"] == first["tokens_before"]
+    assert (events[0]["summary_input"], events[0]["compactions"], events[0]["cache_read_tokens"]) == (
+        "messages", 1, summary_call["cache_read_tokens"])
     assert all(r.json is not None for r in fake.requests)
     assert all(c["http_status"] == 200 for c in calls)  # never refused by the provider
 
@@ -176,10 +197,62 @@ def test_a_failed_summary_keeps_the_run_whole_while_it_fits(store):
     result = agent.run()
     assert result.output == "done"
     rows = store.rows("SELECT * FROM compactions WHERE run_id = ? ORDER BY occurred_at", result.run_id)
-    assert rows and all(r["outcome"] == "failed" and r["summarised_turns"] == 0 for r in rows)
+    # ONE billed attempt: the next one waits until the request no longer fits (it always did here)
+    assert len(rows) == 1 and all(r["outcome"] == "failed" and r["summarised_turns"] == 0 for r in rows)
+    assert len([r for r in fake.requests if is_summary(r)]) == 1
     summaries = [c for c, r in zip(store.calls(result.run_id), fake.requests) if is_summary(r)]
     assert [r["cost_micros"] for r in rows] == [c["cost_micros"] for c in summaries]
     assert all(r["tokens_after"] == r["tokens_before"] for r in rows)
     last = agent_requests(fake)[-1].json
     assert len(last["messages"]) == 1 + 2 * 8  # nothing was dropped
     store.assert_bill_exact(result.run_id, result.billed)
+
+
+def test_a_failed_summary_is_tried_again_only_when_the_run_no_longer_fits(store):
+    fake = scripted(final_after=30, summary=Reply(text="", stop_reason="end_turn"))
+    infos = []
+    agent = Agent(gateway_for(fake), "Read every page.", [pages(800)], max_turns=30, max_tokens=MAX_TOKENS,
+                  on_compact=infos.append)
+    with pytest.raises(WorkbenchError) as caught:
+        agent.run()
+    error = caught.value
+    assert error.code == "WB_AGENT_CONTEXT_EXHAUSTED" and "the summary failed" in error.cause
+    assert len([r for r in fake.requests if is_summary(r)]) == 2 == len(infos)
+    first, second = infos
+    assert first.tokens_before <= ROOM < second.tokens_before  # the retry waited for the overflow
+    assert second.turn > first.turn + 1 and all(info.outcome == "failed" for info in infos)
+    row = store.assert_bill_exact(store.run(name="agent")["run_id"], billed_of(error))
+    assert row["billed_calls"] == len(fake.requests)
+
+
+@pytest.mark.parametrize("narrow_window", [9_000, 5_000])
+def test_turns_too_long_for_the_summary_model_are_sent_as_clipped_text(store, narrow_window):
+    import workbench
+
+    common = {"provider": "anthropic", "input": 300, "output": 1500, "source": "test", "as_of": "2026-01-01"}
+    workbench.register_model(id="claude-wide", context_window=14_000, max_output=1024, **common)
+    workbench.register_model(id="claude-narrow", context_window=narrow_window, max_output=1024, **common)
+    fake = scripted(final_after=12)
+    provider = AnthropicProvider("http://wide.test", "k", ["claude-wide", "claude-narrow"],
+                                 transport=AsyncFakeTransport(fake))
+    infos = []
+    agent = Agent(Gateway([provider], "claude-wide"), "Read every page.", [pages(6000)], max_turns=20,
+                  max_tokens=MAX_TOKENS, compact=Compaction(keep_turns=1, model="claude-narrow"),
+                  on_compact=infos.append)
+    result = agent.run()
+    assert result.output == "done"
+    info = infos[0]
+    assert (info.outcome, info.summary_input, info.model) == ("ok", "text", "claude-narrow")
+    if narrow_window == 9_000:  # clipping the oldest results is enough
+        assert 1 <= info.clipped < info.summarised_turns and info.omitted == 0
+    else:  # every result clipped, then the oldest left out; never a turn dropped
+        assert info.clipped == info.summarised_turns and info.omitted >= 1
+    [summary, *_] = [r for r in fake.requests if is_summary(r)]
+    assert summary.json["model"] == "claude-narrow" and len(summary.json["messages"]) == 1
+    text = summary.json["messages"][0]["content"][1]["text"]
+    assert "characters clipped" in text and text.count("[turn ") == info.summarised_turns
+    assert text.count("characters left out to fit]") == info.omitted
+    assert summary.json["max_tokens"] == MAX_TOKENS
+    # only the summary call's input was shortened: the run's kept turn went on as it was
+    later = [r for r in fake.requests if not is_summary(r)][info.turn - 1]
+    assert "characters clipped" not in later.body.decode()

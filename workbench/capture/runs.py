@@ -4,6 +4,7 @@ to the run and to every run around it, and stores a run that raised as failed wi
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -175,6 +176,8 @@ class RunScope:
             run.status = "failed"
             run.error_type = type(exc).__name__
             run.error_code = getattr(exc, "code", None) if isinstance(getattr(exc, "code", None), str) else None
+            if run.error_code is None and isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
+                run.error_code = "WB_ABORTED"  # cancelled mid-run: its bill still stands
             run.error_message = str(exc)[:2000]
             if run.has_bill:
                 try:  # the outermost run's bill wins: it is the last to see the exception

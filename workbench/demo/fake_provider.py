@@ -20,6 +20,8 @@ Token counting (deterministic, documented because tests assert on it): a piece o
   then one ``role: content`` line per message / input item) and input is that string's cost.
 * Output is the cost of the visible text + refusal + each tool call's name and JSON arguments,
   plus ``Reply.reasoning_tokens`` (reasoning tokens are output tokens), at least 1.
+* ``Reply(usage_reported=False)`` answers on the chat wire with no usage at all (no ``usage`` field,
+  no usage chunk even when ``stream_options.include_usage`` asks), as some compatible servers do.
 
 Prompt caching (deterministic and per provider instance, like a real cache but never expiring):
 
@@ -71,6 +73,7 @@ class Reply:
     delay_s: float = 0.0  # applied by the server / transports before the response starts
     retry_after: float | None = None
     usage: dict[str, int] | None = None  # input_tokens, cache_read_tokens, cache_write_tokens, output_tokens
+    usage_reported: bool = True  # chat wire: False answers with no usage at all, as some compatible servers do
     model: str | None = None  # model served; default: the model requested
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -298,6 +301,7 @@ class _Turn:
     calls: list[tuple[str, str, str]]  # (call id, name, JSON arguments)
     stop: str  # raw, any wire's spelling
     usage: dict[str, int]  # input_tokens (uncached), cache_read/write_tokens, output/reasoning_tokens
+    usage_reported: bool = True
 
 
 class FakeProvider:
@@ -481,7 +485,7 @@ class FakeProvider:
                  "output_tokens": max(1, visible(text) + reply.reasoning_tokens),
                  "reasoning_tokens": reply.reasoning_tokens}
         usage.update(reply.usage or {})
-        return _Turn(n, reply.model or model, text, reply.refusal, calls, stop, usage)
+        return _Turn(n, reply.model or model, text, reply.refusal, calls, stop, usage, reply.usage_reported)
 
 
 # ---------------------------------------------------------------- OpenAI chat completions
@@ -504,9 +508,10 @@ def _render_chat(t: _Turn, body: dict, stream: bool) -> Any:
         if t.calls:
             message["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
                                      for cid, name, args in t.calls]
-        return {**head, "object": "chat.completion", "usage": _chat_usage(t.usage),
+        reported = {"usage": _chat_usage(t.usage)} if t.usage_reported else {}
+        return {**head, "object": "chat.completion", **reported,
                 "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]}
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and t.usage_reported
     head = {**head, "object": "chat.completion.chunk", **({"usage": None} if include_usage else {})}
 
     def chunk(delta: dict, finish_reason: str | None = None) -> bytes:

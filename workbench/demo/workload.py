@@ -221,11 +221,12 @@ HANDBOOK_PAGES = 14
 
 def _read_handbook(request: FakeRequest) -> Reply | None:
     """The handbook reader's model: fetch the next page until the last, then answer; summarise
-    when the runtime compacts (its summary request carries the conversation as text)."""
+    when the runtime compacts (its summary request ends with the compaction instruction)."""
     from workbench.demo.answers import read
+    from workbench.runtime.compaction import INSTRUCTIONS
 
     system, user, _ = read(request)
-    if "summar" in system.lower() and "handbook" in (system + user).lower():
+    if INSTRUCTIONS in user:
         return Reply(text="Summary: pages read so far say refunds are allowed within 30 days.")
     body = request.json if isinstance(request.json, dict) else {}
     text = json.dumps(body.get("messages", []))

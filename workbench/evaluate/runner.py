@@ -202,7 +202,8 @@ def _runtime_answer(suite: Suite, prompt: Prompt, variables: dict, transport, mo
     from workbench.runtime.llm import llm
 
     gateway = Gateway(suite_providers(suite, transport), default_model=prompt.model)
-    return llm(gateway, prompt, variables, output=prompt.output_type, model=model)
+    # a suite sends one prompt many times: the cached prefix pays (llm() alone is off by default)
+    return llm(gateway, prompt, variables, output=prompt.output_type, model=model, prompt_cache="auto")
 
 
 class _RuntimeAnswerer:
@@ -218,7 +219,8 @@ class _RuntimeAnswerer:
     async def __call__(self, variables: dict):
         from workbench.runtime.llm import llm_async
 
-        return await llm_async(self.gateway, self.prompt, variables, output=self.prompt.output_type)
+        return await llm_async(self.gateway, self.prompt, variables, output=self.prompt.output_type,
+                               prompt_cache="auto")
 
     async def close(self) -> None:
         await self.gateway.release_loop()

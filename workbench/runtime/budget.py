@@ -1,4 +1,5 @@
-"""Budgets that refuse, never truncate: tokens per run, cost per call, cost per run.
+"""Budgets that refuse, never truncate: input tokens per call, tokens per run, cost per call, cost
+per run.
 
 Every runtime run (`llm()`, an `Agent` run, or `budget_scope(...)`) keeps a ledger; runs nest, and a
 call is charged to every ledger around it, so a tool that calls `llm()` spends its agent's budget.
@@ -6,7 +7,9 @@ Before each call the gateway reserves the call's worst case (estimated input + `
 as the dearest input it could be billed as) in every ledger: it debits first, then checks, under a
 lock, so concurrent calls cannot both pass on the same remaining room. After the call the
 reservation is replaced by what the provider reported; a call that failed releases it (an HTTP
-error is not billed; an unsettled call is counted by capture, never estimated)."""
+error is not billed). An answer that reported no usage is charged to the ledgers an ESTIMATE, never
+zero (zero would hand its whole reservation back to the budget), while the run's bill counts it
+unsettled: the bill is what the provider said, the ledger what the run may still spend."""
 
 from __future__ import annotations
 
@@ -16,21 +19,35 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Iterator
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from workbench.errors import WorkbenchError
 from workbench.money import format_exact
+from workbench.runtime.options import count, invalid
 
 
 class Budget(BaseModel):
     """Limits; None is no limit. Costs are exact integer micro-minor units (1_000_000 = one cent),
-    like every `cost_micros` in the store."""
+    like every `cost_micros` in the store. `tokens_in` bounds one call's input (its estimate,
+    before it is sent); `tokens_per_run` every token of every call of the run."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tokens_per_run: int | None = Field(default=None, gt=0)
-    cost_per_call_micros: int | None = Field(default=None, gt=0)
-    cost_per_run_micros: int | None = Field(default=None, gt=0)
+    tokens_in: int | None = None
+    tokens_per_run: int | None = None
+    cost_per_call_micros: int | None = None
+    cost_per_run_micros: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _screen(cls, data):
+        # screened here, under the caller's names, as WB_ codes (not pydantic's uncoded errors)
+        if isinstance(data, dict):
+            for name, value in data.items():
+                if name not in cls.model_fields:
+                    raise invalid(f"Budget.{name}", value, f"one of {', '.join(cls.model_fields)}")
+                count(f"Budget.{name}", value, 1, optional=True)
+        return data
 
 
 class Ledger:
@@ -45,8 +62,16 @@ class Ledger:
         self.reserved_micros = 0
         self._lock = threading.Lock()
 
-    def reserve(self, tokens: int, micros: int, what: str) -> None:
+    def reserve(self, tokens: int, micros: int, what: str, input_tokens: int = 0) -> None:
         budget = self.budget
+        if budget.tokens_in is not None and input_tokens > budget.tokens_in:
+            raise WorkbenchError(
+                "WB_BUDGET_EXCEEDED",
+                f"{what} needs about {input_tokens:,} input tokens, over the tokens in (per call) budget of "
+                f"{budget.tokens_in:,} of run {self.name!r}",
+                "raise Budget(tokens_in=...), or shorten the prompt, the tool results (max_tool_result_chars) "
+                "or the kept turns (Compaction(keep_turns=...))",
+            )
         if budget.cost_per_call_micros is not None and micros > budget.cost_per_call_micros:
             raise WorkbenchError(
                 "WB_BUDGET_EXCEEDED",
@@ -92,9 +117,11 @@ _ledgers: ContextVar[tuple[Ledger, ...]] = ContextVar("workbench_ledgers", defau
 
 
 @contextlib.contextmanager
-def budget_scope(budget: Budget | None, name: str = "budget") -> Iterator[Ledger]:
-    """Spend inside the block against `budget` (and against every scope around it)."""
+def budget_scope(budget: Budget | None, name: str = "budget", spent: tuple[int, int] = (0, 0)) -> Iterator[Ledger]:
+    """Spend inside the block against `budget` (and against every scope around it). `spent`
+    (tokens, micros) is what the run already spent before (a resumed or continued run)."""
     ledger = Ledger(budget, name)
+    ledger.spent_tokens, ledger.spent_micros = spent
     token = _ledgers.set((*_ledgers.get(), ledger))
     try:
         yield ledger
@@ -119,15 +146,16 @@ class Reservation:
         self.settle(0, 0)
 
 
-def reserve(tokens: int, micros: int, what: str, extra: Budget | None = None) -> Reservation:
-    """Reserve a call's worst case in every ledger in scope (and check `extra`'s cost per call);
+def reserve(tokens: int, micros: int, what: str, extra: Budget | None = None, input_tokens: int = 0) -> Reservation:
+    """Reserve a call's worst case in every ledger in scope (and check `extra`'s per-call limits);
     all or nothing."""
-    if extra is not None and extra.cost_per_call_micros is not None:
-        Ledger(Budget(cost_per_call_micros=extra.cost_per_call_micros), "gateway").reserve(0, micros, what)
+    if extra is not None and (extra.cost_per_call_micros is not None or extra.tokens_in is not None):
+        per_call = Budget(cost_per_call_micros=extra.cost_per_call_micros, tokens_in=extra.tokens_in)
+        Ledger(per_call, "gateway").reserve(0, micros, what, input_tokens)
     taken: list[Ledger] = []
     try:
         for ledger in _ledgers.get():
-            ledger.reserve(tokens, micros, what)
+            ledger.reserve(tokens, micros, what, input_tokens)
             taken.append(ledger)
     except WorkbenchError:
         for ledger in taken:

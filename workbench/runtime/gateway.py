@@ -6,26 +6,37 @@ every 5xx (529 included) and transport errors. Never retried: any other 4xx. A `
 `retry-after-ms`) header up to `retry_after_max_s` is honoured as given; a longer one falls back to
 the jittered delay, as the official SDKs do. When a provider's retries are spent (or it refuses the
 key or the model: 401, 403, 404), the next provider listing the model is tried; the provider that
-answered is on the `Completion` and a `gateway.fallback` event marks each switch."""
+answered is on the `Completion` and a `gateway.fallback` event marks each switch.
+
+What is sent follows the model's registry row: a sampling parameter it does not list (`sampling`)
+is withheld, and a `gateway.withheld` event names it; an effort or thinking control, or an image or
+a document, it cannot take is refused before anything is sent; below its `cache_min_tokens` nothing
+is cache-marked (and the worst case is not priced as a cache write). A context-overflow refusal is
+`WB_LLM_CONTEXT_OVERFLOW`, never retried (the agent compacts and re-sends instead)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import math
 import random
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from datetime import datetime, timezone
-from typing import Awaitable, Callable, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 import httpx2
 
 from workbench.capture import event, recorder, semconv
 from workbench.errors import WorkbenchError
 from workbench.models import ModelRegistry, ModelSpec, Usage, price_with
-from workbench.runtime.budget import Budget, reserve
-from workbench.runtime.messages import Completion, ModelRequest
+from workbench.runtime.budget import Budget, Reservation, reserve
+from workbench.runtime.messages import Completion, Document, Image, ModelRequest, UserMessage
+from workbench.runtime.options import count, invalid, number
 from workbench.runtime.prompt import PromptLike
-from workbench.runtime.providers import AnthropicProvider, Provider, dumps, estimate_tokens
+from workbench.runtime.providers import Provider, dumps, estimate_tokens
+from workbench.runtime.response_cache import ResponseCache, record_hit
+from workbench.wire.sse import parse_events
 
 RETRY_STATUSES = frozenset({408, 409, 425, 429})
 FALLBACK_STATUSES = frozenset({401, 403, 404})
@@ -41,6 +52,11 @@ class RetryPolicy:
     retry_after_max_s: float = 60.0
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
     random: Callable[[], float] = field(default=random.random, compare=False)
+
+    def __post_init__(self) -> None:
+        count("RetryPolicy.max_retries", self.max_retries, 0)
+        for name in ("base_delay_s", "max_delay_s", "retry_after_max_s"):
+            number(f"RetryPolicy.{name}", getattr(self, name), 0)
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None and 0 <= retry_after <= self.retry_after_max_s:
@@ -72,11 +88,57 @@ class ContextOverflowError(WorkbenchError):
 
     def __init__(self, provider: str, model: str, message: str) -> None:
         super().__init__(
-            "WB_PROVIDER_ERROR",
+            "WB_LLM_CONTEXT_OVERFLOW",
             f"{provider} refused the request to {model} as too long for its context window: {message}",
-            "shorten the input, or run it as an Agent, which compacts older turns",
+            "shorten the input (or Budget(tokens_in=...) to refuse it before it is sent), use a model with a "
+            "larger context_window, or run it as an Agent, which compacts older turns",
         )
         self.provider, self.model = provider, model
+
+
+SAMPLING = ("temperature", "seed")
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+
+
+def fitted(request: ModelRequest, spec: ModelSpec, provider: Provider) -> tuple[ModelRequest, list[str]]:
+    """`request` as `spec`'s model takes it: the sampling parameters it does not accept withheld
+    (returned by name), a control or an input kind it lacks refused with a WB_ code."""
+    withheld = [name for name in SAMPLING if getattr(request, name) is not None
+                and (name not in spec.sampling or name not in provider.sampling)]
+    if request.effort is not None and not spec.reasoning_effort:
+        raise invalid("effort", request.effort, f"None: {spec.id}'s row takes no effort control",
+                      f"leave effort out, or set reasoning_effort = true on the {spec.id} row if the model takes one")
+    if request.thinking is not None and not spec.thinking:
+        raise invalid("thinking", request.thinking, f"None: {spec.id}'s row takes no thinking switch",
+                      f"leave thinking out, or set thinking = true on the {spec.id} row if the model takes one")
+    if request.effort is not None and request.thinking is False and provider.wire == "openai.chat":
+        raise invalid("thinking", False, "left out when an effort is given (the chat wire has one field for both)")
+    for message in request.messages:
+        for part in message.parts if isinstance(message, UserMessage) else ():
+            if isinstance(part, (Image, Document)):
+                _check_part(part, spec)
+    if not withheld:
+        return request, []
+    return dataclasses.replace(request, **{name: None for name in withheld}), withheld
+
+
+def _check_part(part: Image | Document, spec: ModelSpec) -> None:
+    if part.kind not in spec.input_kinds:
+        raise WorkbenchError(
+            "WB_LLM_CONTENT_UNSUPPORTED",
+            f"an {part.kind} was sent to {spec.id}, whose row takes {', '.join(spec.input_kinds)} only",
+            f"add {part.kind!r} to input_kinds on the {spec.id} row if the model takes it, or use a model that does",
+        )
+    allowed = _IMAGE_TYPES if isinstance(part, Image) else {"application/pdf"}
+    if part.media_type not in allowed:
+        raise WorkbenchError(
+            "WB_LLM_CONTENT_UNSUPPORTED",
+            f"an {part.kind} of media type {part.media_type!r} (accepted: {', '.join(sorted(allowed))})",
+            f"convert it to one of {', '.join(sorted(allowed))}",
+        )
+    if isinstance(part, Image) and part.url is not None and not part.url.startswith("https://"):
+        raise WorkbenchError("WB_LLM_CONTENT_UNSUPPORTED", f"an image URL that is not https: {part.url[:80]!r}",
+                             "pass the image as bytes (Image(data=...)) or from an https URL")
 
 
 @dataclass
@@ -102,6 +164,8 @@ class Gateway:
         retry: RetryPolicy | None = None,
         *,
         registry: ModelRegistry | None = None,
+        cache: ResponseCache | None = None,
+        redact: Callable[[str], str] | None = None,
     ) -> None:
         if not providers:
             raise ValueError("a Gateway needs at least one provider")
@@ -110,6 +174,10 @@ class Gateway:
         self.budget = budget
         self.retry = retry or RetryPolicy()
         self._registry = registry
+        self.cache = cache
+        # the one redaction seam: llm() and Agent pass every text they load (the rendered prompt,
+        # the system prompt, each tool result) through it before it can reach a provider
+        self.redact = redact
 
     @property
     def registry(self) -> ModelRegistry:
@@ -153,10 +221,13 @@ class Gateway:
         return max(as_input, as_write)
 
     # -- the call
-    async def complete(self, request: ModelRequest, *, input_scale: float = 1.0) -> Completion:
-        """One logical model call: budget reservation, routing, retries, fallback."""
+    def _prepare(self, request: ModelRequest, input_scale: float):
+        """Routing, the model's row applied, the bodies, and the worst case to reserve."""
         spec = self.registry.get(request.model)
         providers = self.route(request.model)
+        request, withheld = fitted(request, spec, providers[0])
+        if withheld:
+            event(semconv.EVENT_GATEWAY_WITHHELD, model=request.model, params=withheld)
         bodies: dict[type, bytes] = {}
 
         def content(provider: Provider) -> bytes:
@@ -166,18 +237,100 @@ class Gateway:
             return bodies[kind]
 
         raw = estimate_tokens(content(providers[0]))
+        if request.cache and raw < spec.cache_min_tokens and any(p.rule(request).marks != "none" for p in providers):
+            # below the model's minimum nothing is cached: a mark would only move the bytes
+            request = dataclasses.replace(request, cache=False)
+            bodies.clear()
+            raw = estimate_tokens(content(providers[0]))
         worst_input = max(raw, int(raw * input_scale) + 1)
-        cached = request.cache and any(isinstance(p, AnthropicProvider) for p in providers)
+        cached = request.cache and any(p.rule(request).marks != "none" for p in providers)
         micros = self.worst_case_micros(spec, worst_input, request.max_tokens, cached)
-        reservation = reserve(worst_input + request.max_tokens, micros, f"the call to {request.model}", self.budget)
+        return spec, providers, request, content, raw, worst_input, micros
+
+    async def complete(self, request: ModelRequest, *, input_scale: float = 1.0) -> Completion:
+        """One logical model call: the response cache, budget reservation, routing, retries, fallback."""
+        count("max_tokens", request.max_tokens)
+        spec, providers, request, content, raw, worst_input, micros = self._prepare(request, input_scale)
+        key = self.cache.key(providers[0].wire, content(providers[0]), request.prompt_hash) if self.cache else None
+        hit = self.cache.get(key) if self.cache else None
+        if hit is not None:
+            record_hit(hit, request.model)
+            return hit
+        reservation = reserve(worst_input + request.max_tokens, micros, f"the call to {request.model}", self.budget,
+                              input_tokens=worst_input)
         try:
             completion = await self._complete(request, providers, content, raw)
         except BaseException:
             reservation.release()
             raise
-        usage = completion.usage
-        reservation.settle(usage.total_input + usage.output_tokens, completion.cost_micros or 0)
+        self._settle(reservation, completion, spec, worst_input)
+        if self.cache is not None:
+            self.cache.put(key, completion)
         return completion
+
+    def _settle(self, reservation: Reservation, completion: Completion, spec: ModelSpec, input_tokens: int) -> None:
+        usage = completion.usage
+        if completion.call.settled:
+            reservation.settle(usage.total_input + usage.output_tokens, completion.cost_micros or 0)
+            return
+        # answered without usage: the ledger is charged an estimate, never zero (the bill counts
+        # the call unsettled); output is the answer's text and every tool call, 4 bytes a token
+        written = (completion.text or "") + (completion.refusal or "") + "".join(
+            use.name + use.arguments for use in completion.tool_uses)
+        output = max(1, math.ceil(len(written.encode("utf-8")) / 4))
+        estimate = Usage(input_tokens=input_tokens, output_tokens=output)
+        reservation.settle(input_tokens + output, price_with(spec, estimate).cost_micros)
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[str | Completion]:
+        """One streamed call: its text as it arrives, then the `Completion`. Reserved before it is
+        sent, settled at its end; a stream left early is cut (never drained) and releases its
+        reservation. One provider, no retry once a byte was read: a retried stream would repeat
+        text the caller already has."""
+        count("max_tokens", request.max_tokens)
+        request = dataclasses.replace(request, stream=True)
+        spec, providers, request, content, raw, worst_input, micros = self._prepare(request, 1.0)
+        reservation = reserve(worst_input + request.max_tokens, micros, f"the call to {request.model}", self.budget,
+                              input_tokens=worst_input)
+        provider = providers[0]
+        body = content(provider)
+        settled = False
+        try:
+            try:
+                async with provider.send_stream(body, request) as response:
+                    if response.status_code >= 400:
+                        await response.aread()
+                        if provider.is_context_overflow(response.status_code, response.content):
+                            raise ContextOverflowError(provider.name, request.model, _message(response))
+                        raise WorkbenchError(
+                            "WB_PROVIDER_ERROR",
+                            f"the streamed call to {request.model} failed ({provider.name}: HTTP "
+                            f"{response.status_code} {_message(response)})",
+                            "check the provider's status and your key, or call llm() without streaming (it retries)",
+                        )
+                    received, pending = bytearray(), ""
+                    async for chunk in response.aiter_bytes():
+                        received += chunk
+                        pending += chunk.decode("utf-8", "replace")
+                        cut = pending.rfind("\n\n")
+                        if cut < 0:
+                            continue
+                        ready, pending = pending[: cut + 2], pending[cut + 2:]
+                        for item in parse_events(ready):
+                            text = provider.text_delta(item)
+                            if text:
+                                yield text
+                    completion = provider.completion(body, response, self.registry, raw, bytes(received))
+            except httpx2.TransportError as exc:
+                raise WorkbenchError(
+                    "WB_PROVIDER_ERROR", f"the streamed call to {request.model} was cut ({type(exc).__name__}: {exc})",
+                    "call it again, or call llm() without streaming (it retries)",
+                ) from exc
+            self._settle(reservation, completion, spec, worst_input)
+            settled = True
+            yield completion
+        finally:
+            if not settled:
+                reservation.release()
 
     async def _complete(self, request, providers, content, raw) -> Completion:
         failures: list[_Failure] = []
@@ -185,7 +338,7 @@ class Gateway:
             if index:
                 event(semconv.EVENT_GATEWAY_FALLBACK, model=request.model, from_provider=providers[index - 1].name,
                       to_provider=provider.name, reason=failures[-1].detail[:200])
-            outcome = await self._attempts(provider, content(provider), request.model, raw)
+            outcome = await self._attempts(provider, content(provider), request, raw)
             if isinstance(outcome, Completion):
                 return outcome
             failures.append(outcome)
@@ -200,11 +353,11 @@ class Gateway:
             if last.retryable else "correct the request the provider refused (see the message above)",
         )
 
-    async def _attempts(self, provider: Provider, body: bytes, model: str, raw: int) -> Completion | _Failure:
-        policy = self.retry
+    async def _attempts(self, provider: Provider, body: bytes, request: ModelRequest, raw: int) -> Completion | _Failure:
+        policy, model = self.retry, request.model
         attempt = 0
         while True:
-            outcome = await self._attempt(provider, body, model, raw)
+            outcome = await self._attempt(provider, body, request, raw)
             if isinstance(outcome, Completion):
                 outcome.attempts = attempt + 1
                 return outcome
@@ -219,10 +372,11 @@ class Gateway:
             await policy.sleep(delay)
             attempt += 1
 
-    async def _attempt(self, provider: Provider, body: bytes, model: str,
+    async def _attempt(self, provider: Provider, body: bytes, request: ModelRequest,
                        raw: int) -> Completion | tuple[_Failure, float | None]:
+        model = request.model
         try:
-            response = await provider.send(body)
+            response = await provider.send(body, request)
         except httpx2.TransportError as exc:
             return _Failure(provider.name, None, f"{type(exc).__name__}: {exc}", True, True), None
         status = response.status_code

@@ -51,8 +51,33 @@ class ToolResult:
 
 
 @dataclass(frozen=True)
+class Image:
+    """An image in a user turn: `data` (raw bytes, sent as base64) or an https `url`."""
+
+    media_type: str = "image/png"  # image/jpeg, image/png, image/gif or image/webp
+    data: bytes | None = None
+    url: str | None = None
+
+    kind = "image"
+
+
+@dataclass(frozen=True)
+class Document:
+    """A PDF in a user turn, as raw bytes (sent as base64)."""
+
+    data: bytes
+    media_type: str = "application/pdf"
+    title: str | None = None
+
+    kind = "document"
+
+
+Part = Union[str, Image, Document]
+
+
+@dataclass(frozen=True)
 class UserMessage:
-    parts: tuple[str, ...]  # text blocks, in order (the task, then a compaction summary if any)
+    parts: tuple[Part, ...]  # blocks, in order (the task, then a compaction summary if any)
 
 
 @dataclass(frozen=True)
@@ -64,6 +89,7 @@ class AssistantMessage:
 @dataclass(frozen=True)
 class ToolResults:
     results: tuple[ToolResult, ...]  # paired with the previous assistant message's calls by position
+    parts: tuple[str, ...] = ()  # user text after the results (a continuation, a summary instruction)
 
 
 Message = Union[UserMessage, AssistantMessage, ToolResults]
@@ -81,8 +107,14 @@ class ModelRequest:
     tools: list[ToolSpec] = field(default_factory=list)
     tool_choice: str | None = None  # None: auto; "any": some tool; any other value: that tool's name
     max_tokens: int = 1024
-    temperature: float | None = None
-    cache: bool = True  # place prompt-cache marks where the wire needs them (Anthropic)
+    temperature: float | None = None  # sent only to a model whose row lists it in `sampling`
+    seed: int | None = None  # likewise; chat completions only
+    effort: str | None = None  # reasoning effort: refused for a model whose row has no effort control
+    thinking: bool | None = None  # extended thinking on or off: refused for a model without it
+    cache: bool = True  # place prompt-cache marks where the host needs them (see `caching`)
+    session: str | None = None  # a prompt-cache routing key, sent where the host takes one
+    stream: bool = False
+    prompt_hash: str | None = None  # the declared prompt it renders: part of the response-cache key
 
 
 @dataclass
@@ -101,6 +133,7 @@ class Completion:
     call: Call
     estimate: int  # the request's raw token estimate (bytes / 4), for scaling later estimates
     attempts: int = 1
+    cached: bool = False  # served by the gateway's response cache: nothing was sent or paid
 
 
 def stop_of(raw: str | None, refusal: str | None, has_tools: bool) -> Stop:

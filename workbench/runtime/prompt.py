@@ -13,7 +13,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, runtime_checkable
 
+from pydantic import SecretBytes, SecretStr
+
 from workbench.errors import WorkbenchError
+
+try:  # pydantic 2.7+: the generic Secret[...]
+    from pydantic import Secret as _Secret
+except ImportError:  # pragma: no cover - older pydantic
+    _Secret = SecretStr
+_SECRET_TYPES = (SecretStr, SecretBytes, _Secret)
 
 
 @runtime_checkable
@@ -28,10 +36,65 @@ class PromptLike(Protocol):
 
 
 SLOT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-_TAG_AROUND = r"<({tag})(?:\s[^>]*)?>\s*\{{\{{\s*{name}\s*\}}\}}\s*</\1>"
+_TAG = r"[A-Za-z][\w.-]*"
+_OPENER = re.compile(rf"<({_TAG})(?:\s[^<>]*)?(?<!/)>")
+_CLOSER = re.compile(rf"</\s*({_TAG})\s*>")
 
 
-def render_text(text: str, variables: dict[str, Any], where: str) -> str:
+def fences(template: str) -> dict[str, list[tuple[int, int]]]:
+    """The fences a template draws: per tag name (lower-cased), the spans between each opener and
+    the next closer of that name. Read per name, never as a stack, so a tag opened in prose and
+    never closed fences nothing and cannot unbalance a real fence."""
+    closers: dict[str, list[re.Match]] = {}
+    for match in _CLOSER.finditer(template):
+        closers.setdefault(match.group(1).lower(), []).append(match)
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for opener in _OPENER.finditer(template):
+        name = opener.group(1).lower()
+        after = next((closer for closer in closers.get(name, ()) if closer.start() >= opener.end()), None)
+        if after is not None:
+            spans.setdefault(name, []).append((opener.end(), after.start()))
+    return spans
+
+
+def prompt_fences(template: str) -> dict[str, list[str]]:
+    """Per slot, the tags fencing EVERY occurrence of it (one bare occurrence: []), so a test can
+    assert that each user-authored slot is fenced."""
+    drawn = fences(template)
+    out: dict[str, list[str]] = {}
+    for match in SLOT.finditer(template):
+        around = {name for name, spans in drawn.items() if any(a <= match.start() and match.end() <= b for a, b in spans)}
+        name = match.group(1)
+        out[name] = sorted(around if name not in out else set(out[name]) & around)
+    return out
+
+
+def screen_secrets(variables: Mapping[str, Any], where: str) -> None:
+    """A secret-typed value (pydantic's SecretStr, SecretBytes, Secret[...]) among the variables
+    is refused: it would render as `**********`, a prompt that reads fine and means something else."""
+    stack = [(name, value) for name, value in variables.items()]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, _SECRET_TYPES):
+            raise WorkbenchError(
+                "WB_PROMPT_SECRET",
+                f"{where}: the variable {name!r} is a {type(value).__name__}, a secret, which would render "
+                "masked into the prompt",
+                f"drop {name!r} from the variables and the template, or pass the revealed value "
+                "(value.get_secret_value()) if the model really has to read it",
+            )
+        if isinstance(value, Mapping):
+            stack += [(f"{name}.{key}", item) for key, item in value.items()]
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack += [(f"{name}[{index}]", item) for index, item in enumerate(value)]
+
+
+def render_text(text: str, variables: Mapping[str, Any], where: str) -> str:
+    """`text` with its `{{slots}}` filled. No value can close a fence the template draws around a
+    slot: every closer of a fence tag in the assembled text that a fenced value wrote ANY part of —
+    any case, any whitespace, attributes, self-closing, split across two slots, or completed by the
+    template text beside it — has its `<` escaped (`&lt;`), never dropped; a closer the template
+    wrote alone stands."""
     missing = sorted({name for name in SLOT.findall(text) if name not in variables})
     if missing:
         raise WorkbenchError(
@@ -40,21 +103,32 @@ def render_text(text: str, variables: dict[str, Any], where: str) -> str:
             f" (given: {', '.join(sorted(variables)) or 'nothing'})",
             f"pass {', '.join(missing)} in the case's vars, or remove the slot from the template",
         )
-    enclosing = {
-        name: [match.group(1) for match in re.finditer(_TAG_AROUND.format(tag=r"[A-Za-z][\w.-]*", name=name), text)]
-        for name in set(SLOT.findall(text))
-    }
-
-    def value_of(match: re.Match) -> str:
-        name = match.group(1)
-        value = variables[name]
+    screen_secrets(variables, where)
+    drawn = fences(text)
+    pieces: list[str] = []
+    fenced_by: list[tuple[int, int]] = []  # spans of the output a fenced value wrote
+    position, length = 0, 0
+    for match in SLOT.finditer(text):
+        pieces.append(text[position:match.start()])
+        length += match.start() - position
+        value = variables[match.group(1)]
         value = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-        for tag in enclosing.get(name, []):
-            value = re.sub(rf"</(\s*{re.escape(tag)}\s*)>", r"&lt;/\1>", value, flags=re.IGNORECASE)
-        return value
-
-    return SLOT.sub(value_of, text)
-
+        pieces.append(value)
+        if any(a <= match.start() and match.end() <= b for spans in drawn.values() for a, b in spans):
+            fenced_by.append((length, length + len(value)))
+        length += len(value)
+        position = match.end()
+    pieces.append(text[position:])
+    out = "".join(pieces)
+    if not fenced_by:
+        return out
+    names = "|".join(re.escape(name) for name in sorted(drawn, key=len, reverse=True))
+    closer = re.compile(rf"<\s*/\s*(?:{names})(?![\w.-])[^<>]*>?", re.IGNORECASE)
+    broken = [match.start() for match in closer.finditer(out)
+              if any(a < match.end() and match.start() < b for a, b in fenced_by)]
+    for start in reversed(broken):
+        out = out[:start] + "&lt;" + out[start + 1:]
+    return out
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,28 @@ MIGRATIONS: list[tuple[str, str]] = [
             output VARCHAR, scores VARCHAR, error VARCHAR, PRIMARY KEY (eval_run_id, case_id));
         """,
     ),
+    (
+        "0003_runtime_checkpoints_and_cache_hits",
+        """
+        -- an agent run's state at each turn boundary (Agent.resume reads the last one)
+        CREATE TABLE checkpoints (
+            checkpoint_id VARCHAR PRIMARY KEY, run_id VARCHAR, agent VARCHAR,
+            turn INTEGER,              -- turns used so far, every earlier run of the conversation included
+            created_at TIMESTAMPTZ, model VARCHAR, prompt_id VARCHAR, prompt_version VARCHAR, prompt_hash VARCHAR,
+            -- JSON: conversation, tool results, bill, ledger, compaction state. A full state, or (so a long
+            -- run's checkpoints grow linearly, not quadratically) the turns added since the one before
+            full_state BOOLEAN, state VARCHAR);
+        CREATE INDEX checkpoints_run ON checkpoints (run_id);
+        -- one row per model call the gateway's response cache answered: nothing was sent or paid
+        CREATE TABLE response_cache_hits (
+            hit_id VARCHAR PRIMARY KEY, run_id VARCHAR, occurred_at TIMESTAMPTZ, model VARCHAR,
+            provider VARCHAR, prompt_id VARCHAR, prompt_version VARCHAR, prompt_hash VARCHAR,
+            call_id VARCHAR,           -- the paid call whose answer was served again
+            input_tokens BIGINT, cache_read_tokens BIGINT, cache_write_tokens BIGINT, output_tokens BIGINT,
+            saved_cost_micros BIGINT,  -- what the served call cost when it was paid; null: unpriced
+            currency VARCHAR);
+        """,
+    ),
 ]
 
 
