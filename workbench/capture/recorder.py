@@ -20,9 +20,9 @@ from workbench.capture.tracing import tracer
 from workbench.config import Settings, load_settings
 from workbench.models import ModelRegistry, load_registry
 from workbench.store.spool import Spool, spool_for
-from workbench.wire import Call, Exchange, parse_exchange, priced
+from workbench.wire import Call, Exchange, masked_call, parse_exchange, priced
 from workbench.wire.canonical import request_hash as hash_request
-from workbench.wire.redact import REDACTED
+from workbench.wire.redact import REDACTED, credential_values, mask_secrets
 
 if TYPE_CHECKING:
     from workbench.capture.transport import Pending
@@ -47,6 +47,9 @@ class Recorder:
         run's bill is exact the moment the call ends, and returned; everything else (parsing a call
         no run waits for, the span, the request hash, the rows) is left to the spool thread."""
         try:
+            # tracing is set up while the application runs, never first at exit, when the
+            # interpreter refuses the threads and exit hooks OpenTelemetry's set-up registers
+            tracer()
             call = None
             if pending.run is not None:
                 call = self._call(pending)
@@ -82,7 +85,13 @@ class Recorder:
         the span that was current when it was sent), its request hash and its rows."""
         if call is None:
             call = self._call(pending)
-        span = _span(pending, call)
+        headers = pending.request_headers.multi_items() if pending.request_headers is not None else ()
+        call = masked_call(call, credential_values(headers, pending.url))
+        try:
+            span = _span(pending, call)
+        except Exception as exc:  # noqa: BLE001 - a span we cannot make never costs the call's rows
+            span = None
+            self.spool.note_failure("span", exc)
         if span is not None:
             context = span.get_span_context()
             call.trace_id, call.span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")

@@ -22,6 +22,7 @@ from workbench.capture import semconv
 from workbench.capture.tracing import tracer
 from workbench.money import minor_units
 from workbench.wire.call import Call
+from workbench.wire.redact import mask_secrets
 
 _current: ContextVar[Run | None] = ContextVar("workbench_run", default=None)
 _BILLED_ATTR = "__workbench_billed__"
@@ -175,7 +176,7 @@ class RunScope:
             run.status = "failed"
             run.error_type = type(exc).__name__
             run.error_code = getattr(exc, "code", None) if isinstance(getattr(exc, "code", None), str) else None
-            run.error_message = str(exc)[:2000]
+            run.error_message = mask_secrets(str(exc))[:2000]
             if run.has_bill:
                 try:  # the outermost run's bill wins: it is the last to see the exception
                     setattr(exc, _BILLED_ATTR, run.billed)

@@ -185,6 +185,10 @@ class Spool:
                 self._to_ingest = waiting
                 self._fail("ingest", exc)
 
+    def note_failure(self, what: str, exc: BaseException) -> None:
+        """Count a failure of a recording step, and log the first of each kind."""
+        self._fail(what, exc)
+
     def _fail(self, what: str, exc: BaseException) -> None:
         self.stats[f"{what}_errors"] += 1
         if what not in self._warned:

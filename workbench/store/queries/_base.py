@@ -215,11 +215,11 @@ def read(db: Path | str, spool_dir: Path | str | None, fn: Callable[[duckdb.Duck
          wait_s: float = 5.0, ingest_wait: bool = False) -> T:
     """Ingest pending spools, open the store read-only, run `fn`, close. `StoreMissing` when there
     is no store file; `WorkbenchError` (WB_STORE_LOCKED, WB_STORE_INVALID) when it cannot be read."""
-    from workbench.store.db import open_store
+    from workbench.store.db import open_store, store_exists
 
     db = Path(db)
     ingest_pending(db, Path(spool_dir) if spool_dir else None, wait=ingest_wait)
-    if not db.exists():
+    if not store_exists(db):
         raise StoreMissing(str(db))
     with open_store(db, read_only=True, wait_s=wait_s) as con:
         return fn(con)
