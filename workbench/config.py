@@ -27,7 +27,8 @@ class Settings(BaseModel):
         None, description="where recording processes append their spool files (default: beside the db)"
     )
     flush_interval_s: float = Field(
-        0.5, gt=0, le=60, description="longest time a recorded call waits in memory before its spool write"
+        0.5, ge=0.01, le=60,
+        description="longest time a recorded call waits in memory before its spool write (0.01 to 60)"
     )
     body_cap_bytes: int = Field(
         65536, ge=1024, description="request and response bodies above this are cut, with a marker"

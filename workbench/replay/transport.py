@@ -160,6 +160,11 @@ def build(httpx: ModuleType):
         digest = request_hash(request.method, str(request.url), body)
         if cassette.mode in ("replay", "record"):
             index = cassette.index.take(digest, repeat=cassette.mode == "replay")
+            masked = masked_request_body(body) if index is None else body
+            if masked is not body:  # recorded with a pasted key masked: look for it as it was stored
+                masked_digest = request_hash(request.method, str(request.url), masked)
+                index = cassette.index.take(masked_digest, repeat=cassette.mode == "replay")
+                digest = masked_digest if index is not None else digest
             if index is not None:
                 recorded = cassette.index.interactions[index].response
                 content_type = ", ".join(recorded.headers.get("content-type", recorded.headers.get("Content-Type", [])))
