@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 def run_python(code: str, *args: str, cwd: Path, env: dict | None = None, timeout: float = 120,
                prefix: list[str] | None = None) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter (the repository's `tests/` on its path), in `cwd`."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)]), **(env or {})}
     full_env.pop("PYTEST_XDIST_TESTRUNUID", None)
     return subprocess.run([*(prefix or []), sys.executable, "-c", code, *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)

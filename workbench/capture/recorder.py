@@ -47,9 +47,6 @@ class Recorder:
         run's bill is exact the moment the call ends, and returned; everything else (parsing a call
         no run waits for, the span, the request hash, the rows) is left to the spool thread."""
         try:
-            # tracing is set up while the application runs, never first at exit, when the
-            # interpreter refuses the threads and exit hooks OpenTelemetry's set-up registers
-            tracer()
             call = None
             if pending.run is not None:
                 call = self._call(pending)

@@ -16,6 +16,7 @@ from opentelemetry import context as otel_context
 
 from workbench.capture.recorder import recorder
 from workbench.capture.runs import current_run
+from workbench.capture.tracing import tracer
 from workbench.store.spool import before_exit_flush
 from workbench.wire import Exchange, is_complete, wire_of
 
@@ -39,6 +40,9 @@ class Pending:
     the span are the recorder's, off that thread unless a run needs the bill at once."""
 
     def __init__(self, request, cassette: str | None) -> None:
+        # tracing is set up as the application makes its first call, never first at exit (a stream
+        # abandoned until then), when the interpreter refuses what OpenTelemetry's set-up registers
+        tracer()
         self.started_ns = time.time_ns()
         self.first_byte_ns: int | None = None
         self.ended_ns = 0

@@ -180,6 +180,12 @@ def store_counts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
                   "(SELECT count(*) FROM compactions) AS compactions")
 
 
+def quarantined_records(con: duckdb.DuckDBPyConnection, limit: int = 1000) -> pl.DataFrame:
+    """Records the store could not take, newest first, with the reason (they are kept, not lost)."""
+    return _frame(con, "SELECT quarantined_at, kind, reason, spool_file, line_offset, record FROM quarantine "
+                  "ORDER BY quarantined_at DESC, quarantine_id LIMIT $limit", {"limit": limit})
+
+
 def filter_options(con: duckdb.DuckDBPyConnection, limit: int = 500) -> dict[str, list]:
     """The values each filter can take, and the dates the store spans."""
     calls = _frame(con, f"""
