@@ -17,8 +17,9 @@ from workbench.ids import new_id
 from workbench.capture import semconv
 from workbench.capture.runs import Run, current_run
 from workbench.capture.tracing import tracer
-from workbench.config import Settings, load_settings
-from workbench.models import ModelRegistry, load_registry
+from workbench.config import Settings, load_settings_leniently
+from workbench.errors import WorkbenchError
+from workbench.models import ModelRegistry, load_registry, registry
 from workbench.store.spool import Spool, spool_for
 from workbench.wire import Call, Exchange, masked_call, parse_exchange, priced
 from workbench.wire.canonical import request_hash as hash_request
@@ -33,10 +34,21 @@ _CALL_BODY_FIELDS = ("request_json", "response_json", "output_text", "tool_calls
 
 
 class Recorder:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, problems: list[str] | None = None) -> None:
+        """A recorder never fails the application: a setting that does not validate fell back to
+        its default (`problems`), and a price file that cannot be read leaves the calls unpriced;
+        either is logged once, here."""
+        problems = list(problems or [])
         self.settings = settings
         self.spool: Spool = spool_for(settings.db, settings.resolved_spool_dir, settings.flush_interval_s)
-        self.registry: ModelRegistry = load_registry(settings.models if settings.models.is_file() else None)
+        self.registry: ModelRegistry = registry
+        try:
+            if settings.models.is_file():
+                self.registry = load_registry(settings.models)
+        except (WorkbenchError, OSError) as exc:
+            problems.append(f"{getattr(exc, 'cause', exc)}: its rows are not used, calls they would price are unpriced")
+        if problems:
+            log.warning("workbench records with problems (fix them to silence this): %s", "; ".join(problems))
         self._models_seen: set[str] = set()
 
     def call_of(self, exchange: Exchange) -> Call:
@@ -205,7 +217,7 @@ def recorder() -> Recorder:
     if _recorder is None:
         with _lock:
             if _recorder is None:
-                _recorder = Recorder(load_settings())
+                _recorder = Recorder(*load_settings_leniently())
     return _recorder
 
 
@@ -216,7 +228,7 @@ def configure(**overrides) -> Settings:
 
     flush_all(ingest=True)
     with _lock:
-        _recorder = Recorder(load_settings(**overrides))
+        _recorder = Recorder(*load_settings_leniently(**overrides))
     return _recorder.settings
 
 
