@@ -80,3 +80,14 @@ def mount_namespace() -> list[str]:
         pytest.fail("the disk-fault tests need `unshare` (util-linux) with mount namespaces: "
                     "run as root, or enable unprivileged user namespaces")
     return prefix
+
+
+def in_namespace(prefix: list[str], script: str, cwd: Path, env: dict | None = None,
+                 timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run a bash `script` in a private mount namespace (see `mount_namespace`), with `$PY` the
+    interpreter and the repository importable; its mounts vanish with it."""
+    full_env = {**os.environ, "PY": sys.executable,
+                "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)]), **(env or {})}
+    full_env.pop("PYTEST_XDIST_TESTRUNUID", None)
+    return subprocess.run([*prefix, "bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -99,8 +99,13 @@ def _create(path: Path) -> None:
                 con = duckdb.connect(str(temporary))
                 try:
                     migrate(con)
+                    # into the file itself, now: a close that cannot checkpoint (a full disk) says
+                    # nothing, and would leave the tables only in the write-ahead log
+                    con.execute("CHECKPOINT")
                 finally:
                     con.close()
+                if temporary.with_name(temporary.name + ".wal").exists():
+                    raise OSError(f"DuckDB could not write {temporary.name} whole")
                 os.chmod(temporary, 0o600)
                 if path.exists():  # 0 bytes: nothing in it to keep
                     path.unlink()
@@ -108,9 +113,7 @@ def _create(path: Path) -> None:
             finally:
                 for leftover in (temporary, temporary.with_name(temporary.name + ".wal")):
                     leftover.unlink(missing_ok=True)
-    except OSError as exc:
-        raise _unwritable(path, exc) from exc
-    except duckdb.IOException as exc:
+    except (OSError, duckdb.Error) as exc:
         raise _unwritable(path, exc) from exc
 
 

@@ -303,11 +303,16 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, chunks: list[_Chunk], moved: d
     return good
 
 
+_STORE_ERRORS = (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.FatalException, duckdb.InternalException,
+                 duckdb.TransactionException, OSError, MemoryError, WorkbenchError)
+
+
 def _store_problem(exc: BaseException) -> bool:
-    """Whether a failure is the store's (full disk, lock, I/O), to be retried later with the spool
-    kept, rather than a record's."""
-    return isinstance(exc, (duckdb.IOException, duckdb.OutOfMemoryException, OSError, MemoryError)) or (
-        isinstance(exc, duckdb.Error) and is_lock_error(exc))
+    """Whether a failure is the store's (a full disk, a lock, I/O: retried later, the spool kept)
+    rather than a record's (quarantined)."""
+    text = str(exc)
+    return isinstance(exc, _STORE_ERRORS) or (isinstance(exc, duckdb.Error) and is_lock_error(exc)) or (
+        "No space left" in text or "Could not write" in text or "invalidated" in text)
 
 
 def _commit_any(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
