@@ -218,3 +218,20 @@ def test_a_replay_miss_names_no_credential(tmp_path):
     text = f"{error.cause} {error.fix}"
     assert [canary for canary in EVERY_CANARY if canary in text] == []
     assert "api.example/v1/chat/completions" in text
+
+
+def test_a_recording_whose_prompt_held_a_key_still_replays(tmp_path):
+    """The cassette keeps the prompt with the key masked; the same request replays from it."""
+    import workbench
+    from workbench.demo.fake_provider import FakeProvider, FakeTransport
+
+    provider = FakeProvider()
+    body = {"model": "m", "messages": [{"role": "user", "content": f"use {PROMPT_KEYS['anthropic']} please"}]}
+    recording = workbench.http_client(cassette=tmp_path / "k.json", mode="record", transport=FakeTransport(provider))
+    recorded = recording.post("http://fake.local/v1/chat/completions", json=body).json()
+    recording.close()
+    assert SHAPED_PARTS["anthropic"] not in (tmp_path / "k.json").read_text()
+    replaying = workbench.http_client(cassette=tmp_path / "k.json", mode="replay", transport=FakeTransport(provider))
+    replayed = replaying.post("http://fake.local/v1/chat/completions", json=body)
+    assert replayed.status_code == 200 and replayed.json()["id"] == recorded["id"]
+    assert len(provider.requests) == 1  # served from the cassette

@@ -147,7 +147,9 @@ class Spool:
 
     def _path(self) -> Path:
         if self._file is None:
-            self.spool_dir.mkdir(parents=True, exist_ok=True)
+            # folders we create are the owner's only (the store's, `.workbench/`, usually among them)
+            self.spool_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.spool_dir.mkdir(mode=0o700, exist_ok=True)
             name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
             self._file = self.spool_dir / name
         return self._file
