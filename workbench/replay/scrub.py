@@ -101,10 +101,11 @@ def find_secrets(interaction: Interaction) -> list[str]:
     findings += [f"request uri: {kind}" for kind in url_secrets(request.uri)]
     for side, message in (("request", request), ("response", response)):
         for name, values in message.headers.items():
+            kinds = [kind for value in values for kind in find_in_text(value)]
             if is_secret_header(name) and any(value not in ("", REDACTED) for value in values):
-                findings.append(f"{side} header {name}")
+                findings.append(f"{side} header {name}" + (f" ({', '.join(kinds)})" if kinds else ""))
             elif not is_secret_header(name):
-                findings += [f"{side} header {name}: {kind}" for value in values for kind in find_in_text(value)]
+                findings += [f"{side} header {name}: {kind}" for kind in kinds]
         body = message.body.decode("utf-8", "replace")
         findings += [f"{side} body: {kind}" for kind in find_in_text(body)]
         if any(value in body for value in known):

@@ -109,8 +109,8 @@ def url_secrets(url: str) -> list[str]:
 # at tens of microseconds: Python's regex engine scans a leading alternation or look-behind at every
 # position (hundreds of microseconds per pattern).
 _SHAPES: dict[str, tuple[tuple[str, ...], re.Pattern[str], bool]] = {
-    "Anthropic key": (("sk-ant-",), re.compile(r"sk-ant-[A-Za-z0-9]{2,8}-[A-Za-z0-9_\-]{20,}"), True),
-    "OpenAI-style key (sk-…)": (("sk-",), re.compile(r"sk-(?!ant-)[A-Za-z0-9_\-]{20,}"), True),
+    "Anthropic key": (("sk-ant-",), re.compile(r"sk-ant-[A-Za-z0-9_\-]{16,}"), True),
+    "API key (sk-…: OpenAI, OpenRouter, DeepSeek, …)": (("sk-",), re.compile(r"sk-(?!ant-)[A-Za-z0-9_\-]{20,}"), True),
     "Groq key": (("gsk_",), re.compile(r"gsk_[A-Za-z0-9]{30,}"), True),
     "xAI key": (("xai-",), re.compile(r"xai-[A-Za-z0-9]{40,}"), True),
     "Hugging Face token": (("hf_",), re.compile(r"hf_[A-Za-z0-9]{30,}"), True),
