@@ -182,3 +182,41 @@ def test_lines_no_table_can_take_are_quarantined_and_the_rest_ingested(tmp_path)
     assert count(db, "SELECT count(*) FROM quarantine WHERE reason LIKE 'the store refused it:%'") == 1
     assert not (spool / dead).exists()
     assert ingest_spools(db, spool) == 0 and count(db, "SELECT count(*) FROM quarantine") == 8  # idempotent
+
+
+STARVED_APP = r"""
+import logging, os, resource, sys, time
+import workbench
+logging.basicConfig(level=logging.WARNING, format="%(name)s %(message)s")
+url, calls = sys.argv[1], int(sys.argv[2])
+client = workbench.http_client()
+body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+assert client.post(url + "/v1/chat/completions", json=body).status_code == 200  # the connection stays open
+workbench.flush()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (max(int(fd) for fd in os.listdir("/proc/self/fd")) + 1, hard))
+fillers = []
+while True:  # take every descriptor left below the limit: the process cannot open one more file
+    try:
+        fillers.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError:
+        break
+statuses = [client.post(url + "/v1/chat/completions", json=body).status_code for _ in range(calls)]
+time.sleep(1.0)  # the spool thread tries to write, and cannot open its file
+for fd in fillers:
+    os.close(fd)
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+workbench.flush()
+print("statuses", sorted(set(statuses)))
+"""
+
+
+def test_a_process_starved_of_file_descriptors_keeps_its_calls_and_records_them_later(tmp_path, fake_url):
+    db = tmp_path / ".workbench" / "wb.duckdb"
+    result = run_python(STARVED_APP, fake_url, "20", cwd=tmp_path,
+                        env={"WORKBENCH_DB": str(db), "WORKBENCH_FLUSH_INTERVAL_S": "0.05"})
+    assert result.returncode == 0, result.stderr
+    assert "statuses [200]" in result.stdout  # every call of the application went through
+    assert result.stderr.count("workbench could not write") == 1, result.stderr  # logged once
+    ingest_spools(db, db.parent / "spool", wait=True)
+    assert count(db, "SELECT count(*) FROM calls") == 21

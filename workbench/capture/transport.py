@@ -140,7 +140,7 @@ before_exit_flush(_abandon_in_flight)
 
 
 def _failed(pending: Pending, exc: BaseException) -> None:
-    if isinstance(exc, (GeneratorExit, asyncio.CancelledError)):  # the caller stopped: abandoned, not cut
+    if isinstance(exc, asyncio.CancelledError):  # the caller stopped waiting: abandoned, not cut
         error = None
     else:
         error = "stream_cut" if pending.status is not None else "transport_error"
