@@ -73,7 +73,8 @@ def test_reports_read_a_store_on_a_read_only_file_system(tmp_path, mount_namespa
     mkdir -p disk && mount -t tmpfs -o size=8m tmpfs disk
     export WORKBENCH_DB=$PWD/disk/wb.duckdb
     $PY app.py {fake_url} 7
-    mount -o remount,ro disk
+    # read-only once the ingester the app started at exit lets go of the disk (busy until then)
+    for attempt in $(seq 120); do mount -o remount,ro disk 2>/dev/null && break; sleep 0.5; done
     touch disk/probe 2>/dev/null && echo "still writable"
     $PY -m workbench report cost --db $WORKBENCH_DB --format json > cost.out
     $PY -m workbench runs list --db $WORKBENCH_DB --format json > runs.out

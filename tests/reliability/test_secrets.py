@@ -198,7 +198,7 @@ def test_cassettes_check_finds_every_secret_the_scrubber_removes(tmp_path):
                   "request uri: user-info", "request uri: query parameter X-Amz-Credential",
                   "request uri: query parameter code", "request body: Anthropic key", "request body: private key",
                   "response header set-cookie", "response body: a credential the request sent"):
-        assert any(finding.endswith(place) for finding in findings), place
+        assert any(place in finding for finding in findings), place
     clean = [scrub(interaction) for interaction in load_cassette(path)]
     assert [find_secrets(interaction) for interaction in clean] == [[]]
     write_cassette(tmp_path / "scrubbed.json", clean)
