@@ -27,7 +27,8 @@ class Settings(BaseModel):
         None, description="where recording processes append their spool files (default: beside the db)"
     )
     flush_interval_s: float = Field(
-        0.5, gt=0, le=60, description="longest time a recorded call waits in memory before its spool write"
+        0.5, ge=0.01, le=60,
+        description="longest time a recorded call waits in memory before its spool write (0.01 to 60)"
     )
     body_cap_bytes: int = Field(
         65536, ge=1024, description="request and response bodies above this are cut, with a marker"
@@ -55,15 +56,15 @@ def _pyproject_table(start: Path) -> tuple[dict, Path | None]:
     return {}, None
 
 
-def load_settings(cwd: Path | None = None, **overrides) -> Settings:
-    """Settings for a project rooted at or above `cwd`; `overrides` are flags (None means unset)."""
+def _gathered(cwd: Path | None, overrides: dict) -> tuple[dict, set[str]]:
+    """Every setting's value by precedence, and the unknown keys of [tool.workbench]."""
     table, root = _pyproject_table((cwd or Path.cwd()).resolve())
     values: dict = {}
     for name in Settings.model_fields:
         if name in table:
             value = table[name]
             # paths in pyproject.toml are relative to the file, not to where the command runs
-            if root is not None and name in {"db", "spool_dir", "models"}:
+            if root is not None and name in {"db", "spool_dir", "models"} and isinstance(value, str):
                 value = root / value
             values[name] = value
         env = os.environ.get(f"WORKBENCH_{name.upper()}")
@@ -71,7 +72,12 @@ def load_settings(cwd: Path | None = None, **overrides) -> Settings:
             values[name] = env
         if overrides.get(name) is not None:
             values[name] = overrides[name]
-    unknown = set(table) - set(Settings.model_fields)
+    return values, set(table) - set(Settings.model_fields)
+
+
+def load_settings(cwd: Path | None = None, **overrides) -> Settings:
+    """Settings for a project rooted at or above `cwd`; `overrides` are flags (None means unset)."""
+    values, unknown = _gathered(cwd, overrides)
     if unknown:
         raise WorkbenchError(
             "WB_CONFIG_INVALID",
@@ -88,6 +94,26 @@ def load_settings(cwd: Path | None = None, **overrides) -> Settings:
             f"setting {name}={values.get(name)!r}: {first['msg']}",
             f"set WORKBENCH_{name.upper()} or [tool.workbench] {name} to a valid value",
         ) from exc
+
+
+def load_settings_leniently(cwd: Path | None = None, **overrides) -> tuple[Settings, list[str]]:
+    """Settings for a recorder, which must not fail the application: a value that does not
+    validate (or an unreadable pyproject.toml) falls back to its default; the problems are returned
+    so the caller can log them."""
+    try:
+        values, unknown = _gathered(cwd, overrides)
+    except WorkbenchError as exc:
+        return Settings(), [exc.cause]
+    problems = [f"unknown [tool.workbench] key(s) ignored: {', '.join(sorted(unknown))}"] if unknown else []
+    kept = {}
+    for name, value in values.items():
+        try:
+            Settings.model_validate({name: value})
+        except ValidationError as exc:
+            problems.append(f"setting {name}={value!r} ignored ({exc.errors()[0]['msg']}); using the default")
+            continue
+        kept[name] = value
+    return Settings.model_validate(kept), problems
 
 
 @lru_cache(maxsize=1)

@@ -18,6 +18,7 @@ CODES: dict[str, str] = {
     "WB_REPLAY_MISS": "replay mode got a request that the cassette has no recording for",
     "WB_STORE_LOCKED": "the store stayed locked by another process past the retry window",
     "WB_STORE_INVALID": "the store file is not a Workbench store, or is newer than this version",
+    "WB_STORE_UNWRITABLE": "the store cannot be created or written: a full disk, a read-only file system, permissions",
     "WB_RUN_NOT_FOUND": "no run with that id is in the store",
     "WB_PROVIDER_ERROR": "the provider answered with an error that retries did not clear",
     "WB_BUDGET_EXCEEDED": "a token or cost budget would be exceeded by the next call",

@@ -13,7 +13,7 @@ from datetime import date
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench.errors import WorkbenchError
 from workbench.money import ceil_div
@@ -50,6 +50,15 @@ class PriceTier(BaseModel):
     cache_read: int | None = Field(default=None, ge=0)  # absent: 0.1 x input
     cache_write_5m: int | None = Field(default=None, ge=0)  # absent: 1.25 x input
     cache_write_1h: int | None = Field(default=None, ge=0)  # absent: the 5-minute write price
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans(cls, value, info):
+        # TOML's `true` is not a count: pydantic would read it as 1 (a price of one cent); only the
+        # capability switches are booleans
+        if isinstance(value, bool) and cls.model_fields[info.field_name].annotation is not bool:
+            raise ValueError(f"{info.field_name} = {str(value).lower()} is a boolean, not a number")
+        return value
 
 
 class LongContextTier(PriceTier):
@@ -193,8 +202,14 @@ def read_models_toml(path: Path) -> list[ModelSpec]:
         raise WorkbenchError(
             "WB_MODELS_INVALID", f"cannot read {path}: {exc}", f"fix the TOML syntax of {path}"
         ) from exc
+    rows = data.get("model", [])
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise WorkbenchError(
+            "WB_MODELS_INVALID", f"{path}: `model` is a {type(rows).__name__}, not an array of [[model]] tables",
+            f"write each model of {path} as a [[model]] table (see the example models.toml)",
+        )
     specs = []
-    for index, row in enumerate(data.get("model", [])):
+    for index, row in enumerate(rows):
         try:
             specs.append(ModelSpec.model_validate(row))
         except ValidationError as exc:

@@ -79,9 +79,9 @@ def test_running_then_ok_in_one_batch_keeps_the_last(tmp_path):
 
 
 def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
-    """A batch is parsed natively by polars; the line-by-line parse (a torn line's path) must agree."""
-    from workbench.store.ingest import _frame, _frames_fast, _parse_lines, _schemas
-    from workbench.store.records import TABLES
+    """A batch is parsed natively by polars; the checked line-by-line parse (a torn line's or a bad
+    record's path) must agree."""
+    from workbench.store.ingest import _checked_records, _Chunk, _frames_fast, _frames_of, _schemas
 
     spool = Spool(tmp_path / "wb.duckdb", tmp_path / "spool", flush_interval_s=3600)
     tricky = 'naïve "quotes", a \\ backslash, {"kind":"run","row":{}} and ","row": inside, 😀'
@@ -91,15 +91,14 @@ def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
     spool.append("run", {"run_id": "r1", "name": tricky, "status": "ok", "billed_cost_micros": 12})
     spool.append("run_tag", {"run_id": "r1", "key": "k", "value": tricky})
     spool.append("span", {"span_id": "s1", "trace_id": "t1", "name": "chat", "attributes": '{"a": 1}'})
-    spool.append("not_a_table", {"x": 1})
     spool.flush(ingest=False)
     data = next((tmp_path / "spool").glob("*.jsonl")).read_bytes()
     with open_store(tmp_path / "wb.duckdb") as con:
-        fast = _frames_fast(data, _schemas(con))
-        by_kind: dict[str, list[dict]] = {}
-        for record in _parse_lines(data):
-            by_kind.setdefault(record["kind"], []).append(record["row"])
-        slow = {kind: _frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items() if kind in TABLES}
+        schemas = _schemas(con)
+        fast = _frames_fast(data, schemas)
+        records, quarantined = _checked_records([_Chunk("f.jsonl", 0, data)], schemas)
+        slow = _frames_of(con, records)
+    assert quarantined == []
     assert set(fast) == set(slow) == {"call", "call_body", "run", "run_tag", "span"}
     for kind in fast:
         assert fast[kind].to_dicts() == slow[kind].to_dicts(), kind

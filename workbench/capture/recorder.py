@@ -17,12 +17,13 @@ from workbench.ids import new_id
 from workbench.capture import semconv
 from workbench.capture.runs import Run, current_run
 from workbench.capture.tracing import tracer
-from workbench.config import Settings, load_settings
-from workbench.models import ModelRegistry, load_registry
+from workbench.config import Settings, load_settings_leniently
+from workbench.errors import WorkbenchError
+from workbench.models import ModelRegistry, load_registry, registry
 from workbench.store.spool import Spool, spool_for
-from workbench.wire import Call, Exchange, parse_exchange, priced
+from workbench.wire import Call, Exchange, masked_call, parse_exchange, priced
 from workbench.wire.canonical import request_hash as hash_request
-from workbench.wire.redact import REDACTED
+from workbench.wire.redact import REDACTED, credential_values, mask_secrets
 
 if TYPE_CHECKING:
     from workbench.capture.transport import Pending
@@ -33,10 +34,21 @@ _CALL_BODY_FIELDS = ("request_json", "response_json", "output_text", "tool_calls
 
 
 class Recorder:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, problems: list[str] | None = None) -> None:
+        """A recorder never fails the application: a setting that does not validate fell back to
+        its default (`problems`), and a price file that cannot be read leaves the calls unpriced;
+        either is logged once, here."""
+        problems = list(problems or [])
         self.settings = settings
         self.spool: Spool = spool_for(settings.db, settings.resolved_spool_dir, settings.flush_interval_s)
-        self.registry: ModelRegistry = load_registry(settings.models if settings.models.is_file() else None)
+        self.registry: ModelRegistry = registry
+        try:
+            if settings.models.is_file():
+                self.registry = load_registry(settings.models)
+        except (WorkbenchError, OSError) as exc:
+            problems.append(f"{getattr(exc, 'cause', exc)}: its rows are not used, calls they would price are unpriced")
+        if problems:
+            log.warning("workbench records with problems (fix them to silence this): %s", "; ".join(problems))
         self._models_seen: set[str] = set()
 
     def call_of(self, exchange: Exchange) -> Call:
@@ -82,7 +94,13 @@ class Recorder:
         the span that was current when it was sent), its request hash and its rows."""
         if call is None:
             call = self._call(pending)
-        span = _span(pending, call)
+        headers = pending.request_headers.multi_items() if pending.request_headers is not None else ()
+        call = masked_call(call, credential_values(headers, pending.url))
+        try:
+            span = _span(pending, call)
+        except Exception as exc:  # noqa: BLE001 - a span we cannot make never costs the call's rows
+            span = None
+            self.spool.note_failure("span", exc)
         if span is not None:
             context = span.get_span_context()
             call.trace_id, call.span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")
@@ -199,7 +217,7 @@ def recorder() -> Recorder:
     if _recorder is None:
         with _lock:
             if _recorder is None:
-                _recorder = Recorder(load_settings())
+                _recorder = Recorder(*load_settings_leniently())
     return _recorder
 
 
@@ -210,17 +228,22 @@ def configure(**overrides) -> Settings:
 
     flush_all(ingest=True)
     with _lock:
-        _recorder = Recorder(load_settings(**overrides))
+        _recorder = Recorder(*load_settings_leniently(**overrides))
     return _recorder.settings
 
 
 def flush() -> None:
-    """Write every pending record to the spool and ingest the spools into the store, now."""
+    """Write every pending record to the spool and ingest the spools into the store, now. Never
+    raises: a store that cannot be written (locked past the retry window, a full disk) is logged,
+    and the spool keeps the records for the next ingestion."""
     from workbench.store.ingest import ingest_spools
 
-    active = recorder()
-    active.spool.flush(ingest=False)
-    ingest_spools(active.settings.db, active.settings.resolved_spool_dir, wait=True)
+    try:
+        active = recorder()
+        active.spool.flush(ingest=False)
+        ingest_spools(active.settings.db, active.settings.resolved_spool_dir, wait=True)
+    except Exception as exc:  # noqa: BLE001 - recording never breaks the application
+        log.warning("workbench.flush() could not ingest (the spool keeps the records): %s", exc)
 
 
 __all__ = ["REDACTED", "Recorder", "configure", "current_run", "flush", "recorder"]

@@ -23,6 +23,7 @@ from workbench.capture import semconv
 from workbench.capture.tracing import tracer
 from workbench.money import minor_units
 from workbench.wire.call import Call
+from workbench.wire.redact import mask_secrets
 
 _current: ContextVar[Run | None] = ContextVar("workbench_run", default=None)
 _BILLED_ATTR = "__workbench_billed__"
@@ -178,7 +179,7 @@ class RunScope:
             run.error_code = getattr(exc, "code", None) if isinstance(getattr(exc, "code", None), str) else None
             if run.error_code is None and isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
                 run.error_code = "WB_ABORTED"  # cancelled mid-run: its bill still stands
-            run.error_message = str(exc)[:2000]
+            run.error_message = mask_secrets(str(exc))[:2000]
             if run.has_bill:
                 try:  # the outermost run's bill wins: it is the last to see the exception
                     setattr(exc, _BILLED_ATTR, run.billed)

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from workbench.capture import semconv
-from workbench.wire.redact import REDACTED, SECRET_REQUEST_HEADERS, SECRET_RESPONSE_HEADERS, redact_url
+from workbench.wire.redact import REDACTED, is_secret_header, mask_secrets, redact_url
 
 log = logging.getLogger("workbench.capture")
 _setup_lock = threading.Lock()
@@ -40,26 +40,21 @@ _SECRET_ATTRIBUTES = frozenset({"anthropic.organization.id", "openai.organizatio
 
 def _scrubbed(attributes) -> dict:
     """Span attributes with secrets out, whoever set them (the anthropic SDK's own spans carry
-    `url.full` and `url.query`, query keys included): key-like query parameters and secret headers."""
+    `url.full` and `url.query`, query keys included): credential-like query parameters and URL
+    user-info, credential headers, and secret-shaped values in any text (an exception message)."""
     clean = dict(attributes or {})
     for key, value in clean.items():
-        if key in _SECRET_ATTRIBUTES:
-            clean[key] = REDACTED
-            continue
-        if not isinstance(value, str):
-            if key.startswith(("http.request.header.", "http.response.header.")) and isinstance(value, (list, tuple)):
-                name = key.rsplit(".", 1)[-1].replace("_", "-")
-                if name in SECRET_REQUEST_HEADERS or name in SECRET_RESPONSE_HEADERS:
-                    clean[key] = [REDACTED]
-            continue
-        if key in _URL_ATTRIBUTES:
-            clean[key] = redact_url(value)
-        elif key == "url.query":
-            clean[key] = redact_url("http://h/?" + value).partition("?")[2]
-        elif key.startswith(("http.request.header.", "http.response.header.")):
-            name = key.rsplit(".", 1)[-1].replace("_", "-")
-            if name in SECRET_REQUEST_HEADERS or name in SECRET_RESPONSE_HEADERS:
-                clean[key] = REDACTED
+        header = key.startswith(("http.request.header.", "http.response.header.")) and is_secret_header(
+            key.rsplit(".", 1)[-1].replace("_", "-"))
+        if key in _SECRET_ATTRIBUTES or header:
+            clean[key] = [REDACTED] if isinstance(value, (list, tuple)) else REDACTED
+        elif isinstance(value, str):
+            if key in _URL_ATTRIBUTES:
+                clean[key] = redact_url(value)
+            elif key == "url.query":
+                clean[key] = redact_url("http://h/?" + value).partition("?")[2]
+            else:
+                clean[key] = mask_secrets(value)
     return clean
 
 
@@ -91,7 +86,7 @@ def _spool_span(spool, span: ReadableSpan) -> None:
             "parent_span_id": _hex(span.parent.span_id, 16) if span.parent else None,
             "name": span.name, "kind": span.kind.name, "run_id": run_id,
             "start_time": _time(span.start_time), "end_time": _time(span.end_time),
-            "status_code": span.status.status_code.name, "status_message": span.status.description,
+            "status_code": span.status.status_code.name, "status_message": mask_secrets(span.status.description),
             "attributes": _json(attributes),
         },
     )

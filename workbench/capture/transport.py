@@ -6,7 +6,9 @@ rest of the generation. Completion is judged per protocol (`[DONE]`, `message_st
 
 from __future__ import annotations
 
+import asyncio
 import time
+import weakref
 from contextvars import ContextVar
 from types import ModuleType
 
@@ -14,6 +16,8 @@ from opentelemetry import context as otel_context
 
 from workbench.capture.recorder import recorder
 from workbench.capture.runs import current_run
+from workbench.capture.tracing import tracer
+from workbench.store.spool import before_exit_flush
 from workbench.wire import Exchange, is_complete, wire_of
 
 # a response body past this is not kept for parsing (the caller still gets all of it)
@@ -36,6 +40,9 @@ class Pending:
     the span are the recorder's, off that thread unless a run needs the bill at once."""
 
     def __init__(self, request, cassette: str | None) -> None:
+        # tracing is set up as the application makes its first call, never first at exit (a stream
+        # abandoned until then), when the interpreter refuses what OpenTelemetry's set-up registers
+        tracer()
         self.started_ns = time.time_ns()
         self.first_byte_ns: int | None = None
         self.ended_ns = 0
@@ -53,6 +60,7 @@ class Pending:
         self.size = 0
         self.done = self.ended = False
         self.error: str | None = None
+        _in_flight.add(self)
 
     def responded(self, response) -> None:
         self.status = response.status_code
@@ -75,6 +83,7 @@ class Pending:
         if self.done:
             return
         self.done, self.ended, self.error, self.ended_ns = True, ended, error, time.time_ns()
+        _in_flight.discard(self)
         call = recorder().record_call(self)
         if call is not None:
             self.extensions[RECORDED_CALL] = call
@@ -90,7 +99,11 @@ class Pending:
         streamed = "text/event-stream" in response_headers.get("content-type", "")
         if streamed and self.status is not None and self.status < 400:
             complete = is_complete(wire_of(self.method, self.url), body, response_headers.get("content-encoding"))
-            if not complete and error is None:
+            if complete:
+                # the protocol's end arrived: whatever happened after it (the SDK gave up waiting
+                # for the connection's own end and cancelled its drain) cut nothing
+                error = None
+            elif error is None:
                 error = "stream_abandoned" if not self.ended else "stream_incomplete"
         exchange = Exchange.model_construct(  # our own values: no validation
             method=self.method, url=self.url, request_headers=request_headers, request_body=self.request_body,
@@ -110,9 +123,29 @@ def _picked(headers, names: tuple[str, ...]) -> dict[str, str]:
     return {name: value for name in names if (value := headers.get(name)) is not None}
 
 
+# calls started and not yet recorded, so the exit can record the ones the application abandoned
+# (a stream left unclosed in a reference cycle is only finalized if the cycle collector runs)
+_in_flight: weakref.WeakSet[Pending] = weakref.WeakSet()
+
+
+def _abandon_in_flight() -> None:
+    for pending in list(_in_flight):
+        try:
+            pending.finish(ended=False)
+        except Exception:  # noqa: BLE001 - never fail an exiting application
+            pass
+
+
+before_exit_flush(_abandon_in_flight)
+
+
 def _failed(pending: Pending, exc: BaseException) -> None:
+    if isinstance(exc, asyncio.CancelledError):  # the caller stopped waiting: abandoned, not cut
+        error = None
+    else:
+        error = "stream_cut" if pending.status is not None else "transport_error"
     try:
-        pending.finish(ended=False, error="stream_cut" if pending.status is not None else "transport_error")
+        pending.finish(ended=False, error=error)
     except Exception:  # noqa: BLE001 - never mask the application's own error
         pass
 

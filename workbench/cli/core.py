@@ -64,7 +64,8 @@ def _read(db: Path | None, query):
 
     path = db or settings().db
     try:
-        spool = settings().resolved_spool_dir if db is None else path.parent / "spool"
+        # a store named by --db has its spool beside it, unless the spool_dir setting says where
+        spool = settings().resolved_spool_dir if db is None else (settings().spool_dir or path.parent / "spool")
         return queries.read(path, spool, query, ingest_wait=True)
     except queries.StoreMissing:
         raise WorkbenchError(

@@ -145,11 +145,27 @@ def check_command(
     from workbench.evaluate.check import check_project
 
     problems = check_project(evals, lock, cassettes)
+    _warn_quarantined()
     for problem in problems:
         err_console.print(f"[red]✗[/] [bold]{problem.code}[/]: {problem.cause}\n  [bold]fix:[/] {problem.fix}")
     if problems:
         raise typer.Exit(max(problem.exit_code for problem in problems))
     console.print("[green]✓[/] prompts, baselines and cassettes are consistent")
+
+
+def _warn_quarantined() -> None:
+    """Records the store set aside are news, not a project defect: named here, without failing."""
+    from workbench.config import settings
+    from workbench.store import queries
+
+    try:
+        frame = queries.read(settings().db, settings().resolved_spool_dir, queries.quarantined_records)
+    except (queries.StoreMissing, WorkbenchError):
+        return
+    if frame.height:
+        first = frame.row(0, named=True)
+        console.print(f"[yellow]![/] {frame.height} record(s) in quarantine in {settings().db} (the store could not "
+                      f"take them; kept): latest: {first['kind']}: {first['reason']}\n  see: workbench report quarantine")
 
 
 @prompts_app.command("lock")

@@ -75,6 +75,14 @@ def report_evals(since: SinceOption = None, fmt: FormatOption = "table", db: DbO
     _emit(_read(db, lambda con: queries.eval_history(con, _filters(since)).select(columns)), fmt, "eval runs")
 
 
+@report_app.command("quarantine")
+def report_quarantine(fmt: FormatOption = "table", db: DbOption = None) -> None:
+    """Records the store could not take (a value out of range, a corrupt spool line), with the reason."""
+    from workbench.store import queries
+
+    _emit(_read(db, queries.quarantined_records), fmt, "quarantined records")
+
+
 @runs_app.command("list")
 def runs_list(
     limit: Annotated[int, typer.Option(help="how many, latest first")] = 30,

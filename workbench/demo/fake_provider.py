@@ -71,6 +71,7 @@ class Reply:
     reasoning_tokens: int = 0
     cut_after_events: int | None = None  # send N SSE events (pings count), or half a JSON body, then drop
     delay_s: float = 0.0  # applied by the server / transports before the response starts
+    linger_s: float = 0.0  # the HTTP server holds a stream this long after its last event (a late end)
     retry_after: float | None = None
     usage: dict[str, int] | None = None  # input_tokens, cache_read_tokens, cache_write_tokens, output_tokens
     usage_reported: bool = True  # chat wire: False answers with no usage at all, as some compatible servers do
@@ -98,6 +99,7 @@ class FakeResponse:
     chunks: list[bytes]  # one SSE event per chunk when streaming; the JSON body otherwise
     cut: bool = False  # the connection must drop after the chunks, with no clean end
     delay_s: float = 0.0
+    linger_s: float = 0.0  # wait after the last chunk before the response ends
 
     @property
     def is_stream(self) -> bool:
@@ -402,7 +404,7 @@ class FakeProvider:
             resp = _json_response(200, obj_or_events, {idh: rid, **extra})
             if reply.cut_after_events is not None:  # half a body behind a full content-length
                 resp.chunks, resp.cut = [resp.chunks[0][: len(resp.chunks[0]) // 2]], True
-        resp.delay_s = reply.delay_s
+        resp.delay_s, resp.linger_s = reply.delay_s, reply.linger_s
         return resp
 
     def _overflow(self, wire: str, rid: str, total: int, limit: int) -> FakeResponse:

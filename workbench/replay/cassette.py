@@ -1,6 +1,10 @@
 """vcrpy cassettes, read with a safe loader only: YAML or JSON, vcrpy's current layout
 (`response.status` / `body.string`), the older httpx layout (`status_code` / `content`), `!!binary`
-gzip or brotli bodies, and pydantic-ai's `parsed_body` mappings."""
+gzip or brotli bodies, and pydantic-ai's `parsed_body` mappings.
+
+A cassette is input anyone can hand us, so reading it is bounded: a file over `MAX_CASSETTE_BYTES`,
+YAML whose aliases expand it past `MAX_ALIAS_EXPANSION` times its written size (a "billion laughs"),
+nesting too deep to parse, or any interaction of the wrong shape is `WB_CASSETTE_INVALID`."""
 
 from __future__ import annotations
 
@@ -13,6 +17,11 @@ from pydantic import BaseModel, Field
 
 from workbench.errors import WorkbenchError
 from workbench.wire.call import Exchange
+
+MAX_CASSETTE_BYTES = 256 * 1024 * 1024
+# aliases may repeat what is written (vcrpy's writer shares equal header mappings), not multiply it
+MAX_ALIAS_EXPANSION = 10
+_ALLOWED_EXPANSION_NODES = 10_000  # a small document may alias more than 10x its own few nodes
 
 try:  # the C loader is several times faster; both are safe loaders
     _SafeLoader = yaml.CSafeLoader
@@ -79,8 +88,26 @@ def _headers(value) -> dict[str, list[str]]:
     return {str(name): [str(v) for v in (vs if isinstance(vs, list) else [vs])] for name, vs in value.items()}
 
 
-def _interaction(raw: dict) -> Interaction:
-    request, response = raw["request"], raw["response"]
+def _mapping(value, what: str) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} is a {type(value).__name__}, not a mapping")
+    return value
+
+
+def _status(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"status {value!r} is not an HTTP status code")
+    status = int(value)
+    if not 100 <= status <= 599:
+        raise ValueError(f"status {status} is not an HTTP status code")
+    return status
+
+
+def _interaction(raw) -> Interaction:
+    raw = _mapping(raw, "the interaction")
+    request, response = _mapping(raw.get("request"), "request"), _mapping(raw.get("response"), "response")
+    if not isinstance(request.get("uri"), str):
+        raise ValueError(f"request.uri {request.get('uri')!r} is not a URL")
     request_body = request.get("body")
     if request_body is None and "parsed_body" in request:
         request_body = {"parsed_body": request["parsed_body"]}
@@ -99,7 +126,41 @@ def _interaction(raw: dict) -> Interaction:
             headers=_headers(request.get("headers")),
             body=_bytes(request_body),
         ),
-        response=RecordedResponse(status=int(status), reason=reason, headers=_headers(response.get("headers")), body=_bytes(response_body)),
+        response=RecordedResponse(status=_status(status), reason=str(reason or ""),
+                                  headers=_headers(response.get("headers")), body=_bytes(response_body)),
+    )
+
+
+def _alias_expansion(text: str | bytes) -> tuple[int, int]:
+    """(nodes as written, nodes once every alias is expanded) of a YAML text, from its events
+    alone: linear in the text, whatever the aliases would expand to."""
+    sizes: dict[str, int] = {}
+    stack: list[list] = [[0, None]]
+    written = 0
+    for event in yaml.parse(text, Loader=_SafeLoader):
+        if isinstance(event, yaml.AliasEvent):
+            stack[-1][0] += sizes.get(event.anchor, 1)
+            written += 1
+        elif isinstance(event, yaml.ScalarEvent):
+            stack[-1][0] += 1
+            written += 1
+            if event.anchor:
+                sizes[event.anchor] = 1
+        elif isinstance(event, yaml.CollectionStartEvent):
+            stack.append([1, event.anchor])
+            written += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            size, anchor = stack.pop()
+            if anchor:
+                sizes[anchor] = size
+            stack[-1][0] += size
+    return written, stack[0][0]
+
+
+def _invalid(name: str, detail: str) -> WorkbenchError:
+    return WorkbenchError(
+        "WB_CASSETTE_INVALID", f"{name} is not a readable cassette: {detail}",
+        f"re-record {name} with `workbench` or vcrpy; Python-object YAML tags are never loaded",
     )
 
 
@@ -111,19 +172,23 @@ def parse_cassette(text: str | bytes, name: str = "<cassette>") -> list[Interact
 def parse_cassette_with_meta(text: str | bytes, name: str = "<cassette>") -> tuple[list[Interaction], dict]:
     """The interactions and Workbench's own mapping in the file (`workbench`: format, request
     hashes), parsed once; the mapping is empty for a cassette another tool wrote."""
+    if len(text) > MAX_CASSETTE_BYTES:
+        raise _invalid(name, f"{len(text):,} bytes, over the limit of {MAX_CASSETTE_BYTES:,}")
     try:
         stripped = text.lstrip()
         if stripped[:1] in ("{", b"{"):
             data = json.loads(text)
         else:
+            if ("&" if isinstance(text, str) else b"&") in text:  # anchors: aliases may multiply the text
+                written, expanded = _alias_expansion(text)
+                if expanded > MAX_ALIAS_EXPANSION * written + _ALLOWED_EXPANSION_NODES:
+                    raise _invalid(name, f"its YAML aliases expand {written:,} nodes to {expanded:,} "
+                                         f"(more than {MAX_ALIAS_EXPANSION}x)")
             data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader
-    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-        detail = str(exc).splitlines()[0]
-        raise WorkbenchError(
-            "WB_CASSETTE_INVALID",
-            f"{name} is not a readable cassette: {detail}",
-            f"re-record {name} with `workbench` or vcrpy; Python-object YAML tags are never loaded",
-        ) from exc
+    except (yaml.YAMLError, ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise _invalid(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+    except RecursionError as exc:
+        raise _invalid(name, "nested too deeply to read") from exc
     if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
         raise WorkbenchError(
             "WB_CASSETTE_INVALID",
@@ -134,7 +199,7 @@ def parse_cassette_with_meta(text: str | bytes, name: str = "<cassette>") -> tup
     for index, raw in enumerate(data["interactions"]):
         try:
             interactions.append(_interaction(raw))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise WorkbenchError(
                 "WB_CASSETTE_INVALID",
                 f"{name} interaction {index} is malformed: {type(exc).__name__}: {exc}",
@@ -151,11 +216,18 @@ def load_cassette(path: Path | str) -> list[Interaction]:
 def load_cassette_with_meta(path: Path | str) -> tuple[list[Interaction], dict]:
     path = Path(path)
     try:
+        if path.is_dir():
+            raise _invalid(str(path), "it is a folder")
+        size = path.stat().st_size
+        if size > MAX_CASSETTE_BYTES:
+            raise _invalid(str(path), f"{size:,} bytes, over the limit of {MAX_CASSETTE_BYTES:,}")
         text = path.read_bytes()
     except FileNotFoundError as exc:
         raise WorkbenchError(
             "WB_CASSETTE_NOT_FOUND", f"no cassette at {path}", "record it: WORKBENCH_RECORD_MODE=record <your command>"
         ) from exc
+    except OSError as exc:
+        raise _invalid(str(path), f"cannot read it: {exc}") from exc
     return parse_cassette_with_meta(text, str(path))
 
 

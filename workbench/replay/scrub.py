@@ -1,56 +1,51 @@
-"""Secrets out of a cassette before it is written, and a detector for what slipped in anyway.
-
-Scrubbed by default: request headers `authorization`, `x-api-key`, `api-key`, cookies; response
-headers `set-cookie`, `openai-organization`, `openai-project`, `anthropic-organization-id`;
-key-like query parameters. Bodies are stored decoded. A user hook may rewrite bodies (PII); the
-same hook runs over live requests before they are matched, so a scrubbed cassette still matches."""
+"""Secrets out of a cassette before it is written, and a detector for what slipped in anyway: both
+ask the one rule set in `workbench.wire.redact`, so `cassettes check` finds exactly what scrubbing
+removes. Scrubbed: every credential-carrying header (by name, both sides), URL user-info and
+credential-like query parameters, secret-shaped values in bodies and header values, and whatever a
+request sent as a credential wherever the response echoes it. Bodies are stored decoded. A user hook
+may rewrite bodies (PII); the same hook runs over live requests before they are matched, so a
+scrubbed cassette still matches."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
 from workbench.wire.decode import decode_body
-from workbench.wire.redact import SECRET_REQUEST_HEADERS, SECRET_RESPONSE_HEADERS, redact_url
+from workbench.wire.redact import (
+    REDACTED, credential_values, find_secrets as find_in_text, is_secret_header, mask_secrets, redact_url, url_secrets,
+)
 
 BodyHook = Callable[[str], str]
 
 # headers that describe the stored bytes, which are stored decoded
 _ENCODING_HEADERS = {"content-encoding", "content-length", "transfer-encoding"}
 
-SECRET_PATTERNS: dict[str, re.Pattern[str]] = {
-    "api key (sk-…)": re.compile(r"\bsk-(?:ant-|proj-|or-)?[A-Za-z0-9_\-]{16,}"),
-    "bearer token": re.compile(r"\bBearer\s+(?!\[redacted\])[A-Za-z0-9._~+/\-]{12,}=*", re.IGNORECASE),
-    "AWS access key": re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    "Google API key": re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),
-    "organization id": re.compile(r"\borg-[A-Za-z0-9]{16,}\b"),
-    "project id": re.compile(r"\bproj_[A-Za-z0-9]{16,}\b"),
-    "cookie": re.compile(r"\b(?:__cf_bm|_cfuvid|session(?:id)?)=[^;\s\"']{8,}", re.IGNORECASE),
-}
-_SECRET_HEADERS = SECRET_REQUEST_HEADERS | SECRET_RESPONSE_HEADERS
 
-
-def _keep(headers: dict[str, list[str]], secret: frozenset[str]) -> dict[str, list[str]]:
+def _keep(headers: dict[str, list[str]], known: list[str]) -> dict[str, list[str]]:
     return {
-        name: values
+        name: [mask_secrets(value, known) for value in values]
         for name, values in headers.items()
-        if name.lower() not in secret and name.lower() not in _ENCODING_HEADERS
+        if not is_secret_header(name) and name.lower() not in _ENCODING_HEADERS
     }
 
 
 def _clean(interaction: Interaction) -> bool:
-    """Nothing to scrub: no secret or encoding header, no query string, no gzip-looking body (the
-    case of every cassette Workbench wrote, checked in a fraction of the cost of rebuilding it)."""
+    """Nothing to scrub: no credential or encoding header, no query string or user-info, no
+    gzip-looking body (the case of every cassette Workbench wrote, checked in a fraction of the cost
+    of rebuilding it). Live recordings always carry a content-length, so they are always scrubbed."""
     request, response = interaction.request, interaction.response
-    if "?" in request.uri or request.body[:2] == b"\x1f\x8b" or response.body[:2] == b"\x1f\x8b":
+    if "?" in request.uri or "@" in request.uri or request.body[:2] == b"\x1f\x8b" or response.body[:2] == b"\x1f\x8b":
         return False
-    for headers, secret in ((request.headers, SECRET_REQUEST_HEADERS), (response.headers, SECRET_RESPONSE_HEADERS)):
+    for headers in (request.headers, response.headers):
         for name in headers:
-            lowered = name.lower()
-            if lowered in secret or lowered in _ENCODING_HEADERS:
+            if is_secret_header(name) or name.lower() in _ENCODING_HEADERS:
                 return False
     return True
+
+
+def _flat(headers: dict[str, list[str]]) -> list[tuple[str, str]]:
+    return [(name, value) for name, values in headers.items() for value in values]
 
 
 def scrub(interaction: Interaction, body_hook: BodyHook | None = None) -> Interaction:
@@ -61,21 +56,35 @@ def scrub(interaction: Interaction, body_hook: BodyHook | None = None) -> Intera
     response_encoding = ", ".join(
         response.headers.get("content-encoding", response.headers.get("Content-Encoding", []))
     )
-    request_body = decode_body(request.body, request_encoding)
-    response_body = decode_body(response.body, response_encoding)
+    known = credential_values(_flat(request.headers) + _flat(response.headers), request.uri)
+    request_body = _masked_body(decode_body(request.body, request_encoding), known)
+    response_body = _masked_body(decode_body(response.body, response_encoding), known)
     if body_hook is not None:
         request_body = scrub_body(request_body, body_hook)
         response_body = scrub_body(response_body, body_hook)
     return Interaction(
         request=RecordedRequest(
-            method=request.method, uri=redact_url(request.uri),
-            headers=_keep(request.headers, SECRET_REQUEST_HEADERS), body=request_body,
+            method=request.method, uri=redact_url(request.uri), headers=_keep(request.headers, known), body=request_body,
         ),
         response=RecordedResponse(
-            status=response.status, reason=response.reason,
-            headers=_keep(response.headers, SECRET_RESPONSE_HEADERS), body=response_body,
+            status=response.status, reason=response.reason, headers=_keep(response.headers, known), body=response_body,
         ),
     )
+
+
+def _masked_body(body: bytes, known: list[str]) -> bytes:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body  # binary: nothing a key pattern reads
+    masked = mask_secrets(text, known)
+    return body if masked is text else masked.encode("utf-8")
+
+
+def masked_request_body(body: bytes) -> bytes:
+    """A live request body as scrubbing stores it (secret-shaped values masked): a request with a
+    key pasted into its prompt still finds its recording."""
+    return _masked_body(body, [])
 
 
 def scrub_body(body: bytes, body_hook: BodyHook | None) -> bytes:
@@ -85,17 +94,20 @@ def scrub_body(body: bytes, body_hook: BodyHook | None) -> bytes:
 
 
 def find_secrets(interaction: Interaction) -> list[str]:
-    """What looks like a secret in a recorded interaction: `where: kind` for each finding."""
+    """What scrubbing would remove from a recorded interaction: `where: kind` for each finding."""
     findings = []
-    for side, message in (("request", interaction.request), ("response", interaction.response)):
+    request, response = interaction.request, interaction.response
+    known = credential_values(_flat(request.headers) + _flat(response.headers), request.uri)
+    findings += [f"request uri: {kind}" for kind in url_secrets(request.uri)]
+    for side, message in (("request", request), ("response", response)):
         for name, values in message.headers.items():
-            if name.lower() in _SECRET_HEADERS and any(value not in ("", "[redacted]") for value in values):
-                findings.append(f"{side} header {name}")
-        texts = {"body": message.body.decode("utf-8", "replace"), "headers": repr(message.headers)}
-        if side == "request":
-            texts["uri"] = interaction.request.uri
-        for where, text in texts.items():
-            for kind, pattern in SECRET_PATTERNS.items():
-                if pattern.search(text):
-                    findings.append(f"{side} {where}: {kind}")
+            kinds = [kind for value in values for kind in find_in_text(value)]
+            if is_secret_header(name) and any(value not in ("", REDACTED) for value in values):
+                findings.append(f"{side} header {name}" + (f" ({', '.join(kinds)})" if kinds else ""))
+            elif not is_secret_header(name):
+                findings += [f"{side} header {name}: {kind}" for kind in kinds]
+        body = message.body.decode("utf-8", "replace")
+        findings += [f"{side} body: {kind}" for kind in find_in_text(body)]
+        if any(value in body for value in known):
+            findings.append(f"{side} body: a credential the request sent")
     return findings

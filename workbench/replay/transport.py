@@ -12,10 +12,11 @@ from types import ModuleType
 from workbench.capture.transport import REPLAYED_FROM, REQUEST_HASH
 from workbench.errors import WorkbenchError
 from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
-from workbench.replay.scrub import scrub_body
+from workbench.replay.scrub import masked_request_body, scrub_body
 from workbench.replay.session import Cassette
 from workbench.wire import is_complete, wire_of
 from workbench.wire.canonical import request_hash
+from workbench.wire.redact import credential_values, mask_secrets, redact_url
 
 MISS_HEADER = "x-workbench-error"
 
@@ -33,14 +34,18 @@ def _chunks(body: bytes, content_type: str) -> list[bytes]:
 
 
 def miss_error(cassette: Cassette, method: str, url: str, body: bytes, digest: str) -> WorkbenchError:
-    closest, difference = cassette.index.closest(method, url, body)
+    # compared as a cassette would hold it: the diff quotes the request's text
+    closest, difference = cassette.index.closest(method, url, masked_request_body(body))
     recorded = f"{closest.request.method} {closest.request.uri}" if closest else "none"
     if not cassette.path.exists():
         difference = "the cassette file does not exist yet"
+    # the request as a cassette would hold it: no credential reaches the message (it travels into
+    # the response body, the run's error, spans and the test's output)
+    cause = (f"no recording in {cassette.path} for {method} {redact_url(url)} (request hash {digest}); "
+             f"closest recording: {recorded}; first difference: {difference}")
     return WorkbenchError(
         "WB_REPLAY_MISS",
-        f"no recording in {cassette.path} for {method} {url} (request hash {digest}); "
-        f"closest recording: {recorded}; first difference: {difference}",
+        mask_secrets(cause, credential_values((), url)),
         f"record it: WORKBENCH_RECORD_MODE=record <the same command> (or mode='record' at the call site), "
         f"then commit {cassette.path}",
     )
@@ -155,6 +160,11 @@ def build(httpx: ModuleType):
         digest = request_hash(request.method, str(request.url), body)
         if cassette.mode in ("replay", "record"):
             index = cassette.index.take(digest, repeat=cassette.mode == "replay")
+            masked = masked_request_body(body) if index is None else body
+            if masked is not body:  # recorded with a pasted key masked: look for it as it was stored
+                masked_digest = request_hash(request.method, str(request.url), masked)
+                index = cassette.index.take(masked_digest, repeat=cassette.mode == "replay")
+                digest = masked_digest if index is not None else digest
             if index is not None:
                 recorded = cassette.index.interactions[index].response
                 content_type = ", ".join(recorded.headers.get("content-type", recorded.headers.get("Content-Type", [])))

@@ -3,9 +3,11 @@ process holds it between operations; a lock conflict is retried for a short whil
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,30 +57,130 @@ def _connect(path: Path, read_only: bool, wait_s: float) -> duckdb.DuckDBPyConne
             delay = min(delay * 2, 0.2)
 
 
+def _foreign(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The tables of a DuckDB file that is not a Workbench store (tables, but no `schema_version`)."""
+    tables = [name for (name,) in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database()").fetchall()]
+    return [] if "schema_version" in tables else sorted(tables)
+
+
+def _refuse_foreign(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    tables = _foreign(con)
+    if tables:
+        shown = ", ".join(tables[:5]) + (", …" if len(tables) > 5 else "")
+        raise WorkbenchError(
+            "WB_STORE_INVALID",
+            f"{path} is a DuckDB file of something else (tables {shown}; no schema_version): left untouched",
+            "point WORKBENCH_DB (or --db) at a Workbench store, or at a path where a new one may be created",
+        )
+
+
+def _unwritable(path: Path, exc: OSError | duckdb.Error) -> WorkbenchError:
+    return WorkbenchError(
+        "WB_STORE_UNWRITABLE", f"cannot create the store {path}: {exc}",
+        f"free space on the disk of {path.parent} or make it writable, or point WORKBENCH_DB elsewhere",
+    )
+
+
+def _create(path: Path) -> None:
+    """A new store, atomically: built and migrated under a temporary name, owner-only, then linked
+    into place. A full disk or a crash leaves at most the temporary file, never a half-made store
+    at `path` that every later command would refuse. A 0-byte file at `path` (left by an older
+    version on a full disk) holds nothing and is replaced."""
+    from workbench.store.ingest import _exclusive  # the one inter-process lock (ingest imports this module)
+
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with _exclusive(path.with_name(f".{path.name}.create.lock"), wait=True):
+            if path.exists() and path.stat().st_size > 0:
+                return  # another process created it meanwhile
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.creating")
+            try:
+                con = duckdb.connect(str(temporary))
+                try:
+                    migrate(con)
+                    # into the file itself, now: a close that cannot checkpoint (a full disk) says
+                    # nothing, and would leave the tables only in the write-ahead log
+                    con.execute("CHECKPOINT")
+                finally:
+                    con.close()
+                if temporary.with_name(temporary.name + ".wal").exists():
+                    raise OSError(f"DuckDB could not write {temporary.name} whole")
+                os.chmod(temporary, 0o600)
+                if path.exists():  # 0 bytes: nothing in it to keep
+                    path.unlink()
+                os.link(temporary, path)
+            finally:
+                for leftover in (temporary, temporary.with_name(temporary.name + ".wal")):
+                    leftover.unlink(missing_ok=True)
+    except (OSError, duckdb.Error) as exc:
+        raise _unwritable(path, exc) from exc
+
+
+def _prepare(path: Path, wait_s: float) -> None:
+    """Create the store, or migrate it (refusing a DuckDB file that is not a Workbench store)."""
+    if not path.exists() or path.stat().st_size == 0:
+        _create(path)
+        return
+    con = _connect(path, False, wait_s)
+    try:
+        _refuse_foreign(con, path)
+        migrate(con)
+    finally:
+        con.close()
+
+
+def store_exists(path: Path) -> bool:
+    """Whether `path` holds a store (a 0-byte file, left by a full disk, is no store)."""
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
 @contextmanager
 def open_store(
     path: Path | str | None = None, read_only: bool = False, wait_s: float = 10.0
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection to the store at `path` (default: the `db` setting), migrated, closed on exit."""
+    """A connection to the store at `path` (default: the `db` setting), migrated, closed on exit.
+    Read-only, it writes nothing while the store is current (so a store on a read-only file system
+    reads), and migrates it first only when it is behind."""
     path = Path(path) if path is not None else default_path()
     resolved = path.resolve()
-    if resolved not in _migrated or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _migrate_lock:
-            con = _connect(path, False, wait_s)
+    if read_only:
+        con = _connect(path, True, wait_s)
+        try:
+            version = current_version(con)
+            if version != len(MIGRATIONS):
+                _refuse_foreign(con, path)
+        except BaseException:
+            con.close()
+            raise
+        if version == len(MIGRATIONS):
             try:
-                migrate(con)
+                yield con
             finally:
                 con.close()
+            return
+        con.close()
+        try:
+            with _migrate_lock:
+                _prepare(path, wait_s)
+        except (WorkbenchError, duckdb.Error) as exc:
+            if isinstance(exc, WorkbenchError) and exc.code != "WB_STORE_INVALID":
+                raise
+            raise WorkbenchError(
+                "WB_STORE_INVALID",
+                f"{path} is at schema version {version}, expected {len(MIGRATIONS)}, and could not be migrated: {exc}",
+                "open it once read-write (any `workbench` command where the store is writable) to migrate it",
+            ) from exc
+        _migrated.add(resolved)
+    elif resolved not in _migrated or not store_exists(path):
+        with _migrate_lock:
+            _prepare(path, wait_s)
             _migrated.add(resolved)
     con = _connect(path, read_only, wait_s)
     try:
-        if read_only and current_version(con) != len(MIGRATIONS):
-            raise WorkbenchError(
-                "WB_STORE_INVALID",
-                f"{path} is at schema version {current_version(con)}, expected {len(MIGRATIONS)}",
-                "open it once read-write (any `workbench` command) to migrate it",
-            )
         yield con
     finally:
         con.close()

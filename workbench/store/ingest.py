@@ -1,6 +1,12 @@
 """Spool files into DuckDB: in batches (polars frames, not row by row), under a file lock so one
 process ingests at a time, idempotent by key, with each file's offset committed in the same
-transaction as its rows — a crash between the two cannot double-count."""
+transaction as its rows — a crash between the two cannot double-count.
+
+A backlog goes in bounded batches (`BATCH_BYTES` of spool lines per transaction), so memory stays
+bounded whatever the backlog, and an ingester killed halfway keeps every batch it committed. A
+record the store cannot take (not JSON, an unknown kind, a value out of its column's range, a key
+missing) is quarantined — kept in the `quarantine` table with its reason — and never blocks the
+records behind it."""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ import json
 import os
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
@@ -17,6 +25,12 @@ import polars as pl
 from workbench.errors import WorkbenchError
 from workbench.store.db import is_lock_error, open_store
 from workbench.store.records import TABLES
+
+# spool bytes per transaction: bounds memory (about 10x this at the peak) and the work a killed
+# ingester loses
+BATCH_BYTES = 8 * 1024 * 1024
+# the longest text of a quarantined record kept
+QUARANTINE_TEXT_CAP = 65536
 
 _POLARS_TYPES = {
     "VARCHAR": pl.Utf8, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "BOOLEAN": pl.Boolean,
@@ -57,32 +71,23 @@ def _pid_alive(name: str) -> bool:
     return True
 
 
-def _read_lines(path: Path, offset: int) -> tuple[bytes, int]:
-    """The complete lines after `offset` (bytes), and the new offset."""
+def _read_lines(path: Path, offset: int, limit: int | None = None) -> tuple[bytes, int]:
+    """The complete lines after `offset` (bytes; about `limit` of them at most, or one line when a
+    single line is longer), and the new offset."""
     with open(path, "rb") as handle:
         handle.seek(offset)
-        data = handle.read()
-    end = data.rfind(b"\n")
+        data = handle.read() if limit is None else handle.read(limit)
+        end = data.rfind(b"\n")
+        while end < 0 and limit is not None:  # one line longer than the budget: read on to its end
+            more = handle.read(limit)
+            if not more:
+                break
+            data += more
+            end = data.rfind(b"\n")
     if end < 0:
         return b"", offset
-    # no torn tail (the usual case): the bytes as read, not a copy of tens of megabytes
+    # no torn tail (the usual case): the bytes as read, not a copy of megabytes
     return (data if end == len(data) - 1 else data[: end + 1]), offset + end + 1
-
-
-def _parse_lines(data: bytes) -> list[dict]:
-    records = []
-    for line in data.splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a torn write in the middle of a file that was appended to again
-    return records
-
-
-def _read_new(path: Path, offset: int) -> tuple[list[dict], int]:
-    """Records after `offset` up to the last complete line, and the new offset."""
-    data, end = _read_lines(path, offset)
-    return _parse_lines(data), end
 
 
 def _schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, pl.DataType]]:
@@ -108,8 +113,9 @@ def _frames_fast(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dic
     frame = pl.read_ndjson(data, schema={"kind": pl.Utf8, "row": pl.Struct(fields)})
     frames = {}
     for (kind,), rows in frame.partition_by("kind", as_dict=True, maintain_order=True).items():
-        if kind in TABLES:
-            frames[kind] = rows.get_column("row").struct.unnest().select(list(schemas[TABLES[kind][0]]))
+        if kind not in TABLES:
+            raise ValueError(f"unknown record kind {kind!r}")  # the checked path quarantines it
+        frames[kind] = rows.get_column("row").struct.unnest().select(list(schemas[TABLES[kind][0]]))
     return frames
 
 
@@ -210,46 +216,209 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool) -> int | None:
             raise
 
 
+@dataclass
+class _Chunk:
+    """Complete spool lines of one file, from byte `start`."""
+
+    file: str
+    start: int
+    data: bytes
+
+
 def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
-    offsets = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
-    chunks: list[bytes] = []
-    moved: dict[str, int] = {}
-    finished: list[Path] = []
-    for path in files:
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            continue
-        start = offsets.get(path.name, 0)
-        if size > start:
-            data, end = _read_lines(path, start)
-            chunks.append(data)
-            if end != start:
-                moved[path.name] = end
-        if not _pid_alive(path.stem) and (
-            moved.get(path.name, start) >= size or _torn_tail_only(path, moved.get(path.name, start))
-        ):
-            finished.append(path)  # its writer is gone: a torn last line will never be completed
-    if not moved and not finished:
-        return 0
-    data = b"".join(chunks)
-    frames: dict[str, pl.DataFrame] = {}
-    if data:
-        schemas = _schemas(con)
-        try:
-            frames = _frames_fast(data, schemas)
-        except Exception:  # noqa: BLE001 - a torn line or an odd value: parse line by line instead
-            by_kind: dict[str, list[dict]] = defaultdict(list)
-            for record in _parse_lines(data):
-                if isinstance(record, dict) and record.get("kind") in TABLES and isinstance(record.get("row"), dict):
-                    by_kind[record["kind"]].append(record["row"])
-            frames = {kind: _frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()}
+    """Every spool file's new lines, batch by batch, each batch committed with its offsets."""
+    positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
+    schemas: dict[str, dict[str, pl.DataType]] | None = None
+    total = 0
+    files = list(files)
+    while files:
+        chunks: list[_Chunk] = []
+        moved: dict[str, int] = {}
+        finished: list[Path] = []
+        torn: list[_Chunk] = []
+        budget = BATCH_BYTES
+        for path in list(files):
+            if budget <= 0:
+                break
+            try:
+                size = path.stat().st_size
+            except FileNotFoundError:
+                files.remove(path)
+                continue
+            start = positions.get(path.name, 0)
+            end = start
+            if size > start:
+                data, end = _read_lines(path, start, budget)
+                if end != start:
+                    chunks.append(_Chunk(path.name, start, data))
+                    moved[path.name] = end
+                    budget -= len(data)
+            if end >= size or _torn_tail_only(path, end):
+                files.remove(path)  # read to its end (for now)
+                if not _pid_alive(path.stem):
+                    finished.append(path)  # its writer is gone: a torn last line will never be completed
+                    if end < size:
+                        torn.append(_Chunk(path.name, end, _tail(path, end)))
+        if not chunks and not finished:
+            break
+        if schemas is None:
+            schemas = _schemas(con)
+        total += _commit_batch(con, chunks, moved, finished, torn, schemas)
+        positions.update(moved)
+        for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
+            path.unlink(missing_ok=True)
+    return total
+
+
+def _tail(path: Path, offset: int) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        return handle.read(QUARANTINE_TEXT_CAP)
+
+
+def _commit_batch(con: duckdb.DuckDBPyConnection, chunks: list[_Chunk], moved: dict[str, int],
+                  finished: list[Path], torn: list[_Chunk], schemas: dict[str, dict[str, pl.DataType]]) -> int:
+    """One batch into the store with its offsets. The fast path parses it natively; a batch it
+    cannot read, or the store refuses, is checked record by record and the bad ones quarantined."""
+    quarantined = [_quarantine_row(chunk.file, chunk.start, None, "torn last line: its writer died mid-write",
+                                   chunk.data) for chunk in torn]
+    data = b"".join(chunk.data for chunk in chunks)
+    try:
+        frames = _frames_fast(data, schemas) if data else {}
+        return _commit_any(con, frames, moved, finished, quarantined, schemas)
+    except Exception as exc:  # noqa: BLE001 - an odd value, a torn line, a refused record: look closer
+        if _store_problem(exc):
+            raise
+    records, bad = _checked_records(chunks, schemas)
+    quarantined += bad
+    try:
+        return _commit_any(con, _frames_of(con, records), moved, finished, quarantined, schemas)
+    except Exception as exc:  # noqa: BLE001
+        if _store_problem(exc):
+            raise
+    # a record that passed the checks and still failed (DuckDB refused it): find it by halves
+    good, refused = _isolate(con, records)
+    quarantined += refused
+    _commit_any(con, {}, moved, finished, quarantined, schemas)
+    return good
+
+
+_STORE_ERRORS = (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.FatalException, duckdb.InternalException,
+                 duckdb.TransactionException, OSError, MemoryError, WorkbenchError)
+
+
+def _store_problem(exc: BaseException) -> bool:
+    """Whether a failure is the store's (a full disk, a lock, I/O: retried later, the spool kept)
+    rather than a record's (quarantined)."""
+    text = str(exc)
+    return isinstance(exc, _STORE_ERRORS) or (isinstance(exc, duckdb.Error) and is_lock_error(exc)) or (
+        "No space left" in text or "Could not write" in text or "invalidated" in text)
+
+
+def _commit_any(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
+                finished: list[Path], quarantined: list[dict], schemas: dict[str, dict[str, pl.DataType]]) -> int:
+    """Commit the frames, the quarantined records and the offsets; returns the records stored."""
+    if quarantined:
+        frames = {**frames, "quarantine": pl.DataFrame(quarantined, schema=schemas["quarantine"])}
     try:
         # records are new unless a file is read again (its offset row went with an unlink that did
         # not happen): the plain insert first, the conflict-checking one when a key was seen
         count = _commit(con, frames, moved, finished, known_new=True)
     except duckdb.ConstraintException:
         count = _commit(con, frames, moved, finished, known_new=False)
-    for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
-        path.unlink(missing_ok=True)
-    return count
+    return count - len(quarantined)
+
+
+_BIGINT = (-(2**63), 2**63 - 1)
+_INTEGER = (-(2**31), 2**31 - 1)
+
+
+def _value_problem(value, kind: pl.DataType) -> str | None:
+    """Why `value` cannot go into a column of polars type `kind` (None: it can)."""
+    if value is None:
+        return None
+    if kind in (pl.Int64, pl.Int32):
+        low, high = _BIGINT if kind == pl.Int64 else _INTEGER
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f"{value!r} is not an integer"
+        return None if low <= value <= high else f"{value} is out of range [{low}, {high}]"
+    if kind == pl.Boolean:
+        return None if isinstance(value, bool) else f"{value!r} is not a boolean"
+    if kind == pl.Float64:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else f"{value!r} is not a number"
+    if kind == pl.List(pl.Utf8):
+        return None if isinstance(value, list) and all(isinstance(item, str) for item in value) else (
+            f"{str(value)[:80]} is not a list of texts")
+    return None if isinstance(value, str) else f"{str(value)[:80]!r} is not a text"
+
+
+def _record_problem(record, schemas: dict[str, dict[str, pl.DataType]]) -> str | None:
+    if not isinstance(record, dict) or not isinstance(record.get("row"), dict):
+        return "not a record (a mapping with `kind` and `row`)"
+    kind = record.get("kind")
+    if kind not in TABLES:
+        return f"unknown record kind {kind!r}"
+    table, key, _ = TABLES[kind]
+    row = record["row"]
+    for name in key:
+        if row.get(name) is None:
+            return f"{table}.{name} (its key) is missing"
+    for name, column_type in schemas[table].items():
+        problem = _value_problem(row.get(name), column_type)
+        if problem is not None:
+            return f"{table}.{name}: {problem}"
+    return None
+
+
+def _checked_records(chunks: list[_Chunk], schemas) -> tuple[list[tuple[dict, dict]], list[dict]]:
+    """The batch line by line: (record, its quarantine row should the store refuse it) for each
+    record that fits its table, and the quarantine rows of those that do not."""
+    records, bad = [], []
+    for chunk in chunks:
+        position = chunk.start
+        for line in chunk.data.split(b"\n"):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except (ValueError, RecursionError) as exc:
+                    record, problem = None, f"not JSON: {exc}"
+                else:
+                    problem = _record_problem(record, schemas)
+                kind = record.get("kind") if isinstance(record, dict) and isinstance(record.get("kind"), str) else None
+                if problem is None:
+                    records.append((record, _quarantine_row(chunk.file, position, kind, "", line)))
+                else:
+                    bad.append(_quarantine_row(chunk.file, position, kind, problem, line))
+            position += len(line) + 1
+    return records, bad
+
+
+def _frames_of(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]]) -> dict[str, pl.DataFrame]:
+    by_kind: dict[str, list[dict]] = defaultdict(list)
+    for record, _ in records:
+        by_kind[record["kind"]].append(record["row"])
+    return {kind: _frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()}
+
+
+def _isolate(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]]) -> tuple[int, list[dict]]:
+    """Commit what the store takes, by halves (a few transactions per refused record), and return
+    how many went in and the quarantine rows, with DuckDB's reason, of those refused."""
+    if not records:
+        return 0, []
+    try:
+        return _commit(con, _frames_of(con, records), {}, [], known_new=False), []
+    except Exception as exc:  # noqa: BLE001
+        if _store_problem(exc):
+            raise
+        if len(records) == 1:
+            return 0, [{**records[0][1], "reason": f"the store refused it: {str(exc).splitlines()[0][:500]}"}]
+    middle = len(records) // 2
+    first, first_bad = _isolate(con, records[:middle])
+    second, second_bad = _isolate(con, records[middle:])
+    return first + second, first_bad + second_bad
+
+
+def _quarantine_row(file: str, offset: int, kind: str | None, reason: str, line: bytes) -> dict:
+    return {"quarantine_id": f"{file}:{offset}", "spool_file": file, "line_offset": offset, "kind": kind,
+            "reason": reason, "record": line[:QUARANTINE_TEXT_CAP].decode("utf-8", "replace"),
+            "quarantined_at": datetime.now(timezone.utc).isoformat()}

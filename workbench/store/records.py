@@ -7,7 +7,7 @@ from typing import Literal
 
 Kind = Literal[
     "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result",
-    "checkpoint", "cache_hit",
+    "checkpoint", "cache_hit", "quarantine",
 ]
 
 # table, primary key, and whether a later record replaces an earlier one with the same key
@@ -25,4 +25,6 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "eval_result": ("eval_results", ("eval_run_id", "case_id"), True),
     "checkpoint": ("checkpoints", ("checkpoint_id",), False),
     "cache_hit": ("response_cache_hits", ("hit_id",), False),
+    # a record the store could not take, with its reason (keyed by its spool file and line: idempotent)
+    "quarantine": ("quarantine", ("quarantine_id",), False),
 }

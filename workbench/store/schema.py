@@ -127,6 +127,19 @@ MIGRATIONS: list[tuple[str, str]] = [
             currency VARCHAR);
         """,
     ),
+    (
+        "0004_recorder_quarantine",
+        """
+        -- records the store could not take (not JSON, an unknown kind, a value out of its column's
+        -- range, a missing key), kept with the reason instead of blocking the records behind them
+        CREATE TABLE quarantine (
+            quarantine_id VARCHAR PRIMARY KEY,  -- spool file and byte offset of the line
+            spool_file VARCHAR, line_offset BIGINT,
+            kind VARCHAR,                       -- the record's kind, when it had one
+            reason VARCHAR, record VARCHAR,     -- the line as spooled (redacted), capped at 64 KB
+            quarantined_at TIMESTAMPTZ);
+        """,
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import json
 import logging
 import os
 import socket
@@ -33,6 +34,8 @@ log = logging.getLogger("workbench.store")
 
 # a process that cannot write its spool keeps at most this many records in memory, then drops
 MAX_PENDING = 200_000
+# the spool thread never wakes more often than this, whatever the setting says
+MIN_FLUSH_INTERVAL_S = 0.01
 # a recording process starts an ingester this often, or once this many records wait (an ingester
 # costs a process start, about 0.4 s of CPU: fewer, larger batches)
 INGEST_EVERY_S = 10.0
@@ -43,7 +46,7 @@ class Spool:
     def __init__(self, db_path: Path, spool_dir: Path, flush_interval_s: float) -> None:
         self.db_path = Path(db_path)
         self.spool_dir = Path(spool_dir)
-        self.flush_interval_s = flush_interval_s
+        self.flush_interval_s = max(flush_interval_s, MIN_FLUSH_INTERVAL_S)
         self.stats: Counter[str] = Counter()
         self._pending: list[tuple[str, dict]] = []
         self._deferred: list[Callable[[], None]] = []
@@ -96,8 +99,8 @@ class Spool:
         for kind, row in batch:
             try:
                 lines.append(orjson.dumps({"kind": kind, "row": row}, default=str))
-            except (TypeError, orjson.JSONEncodeError) as exc:
-                self._fail("encode", exc)
+            except (TypeError, orjson.JSONEncodeError):
+                lines.append(_encode_odd(kind, row))
         return lines
 
     def _ensure_thread(self) -> None:
@@ -144,7 +147,9 @@ class Spool:
 
     def _path(self) -> Path:
         if self._file is None:
-            self.spool_dir.mkdir(parents=True, exist_ok=True)
+            # folders we create are the owner's only (the store's, `.workbench/`, usually among them)
+            self.spool_dir.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.spool_dir.mkdir(mode=0o700, exist_ok=True)
             name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
             self._file = self.spool_dir / name
         return self._file
@@ -185,11 +190,28 @@ class Spool:
                 self._to_ingest = waiting
                 self._fail("ingest", exc)
 
+    def note_failure(self, what: str, exc: BaseException) -> None:
+        """Count a failure of a recording step, and log the first of each kind."""
+        self._fail(what, exc)
+
     def _fail(self, what: str, exc: BaseException) -> None:
         self.stats[f"{what}_errors"] += 1
         if what not in self._warned:
             self._warned.add(what)
             log.warning("workbench could not %s recorded data (kept for retry where possible): %s", what, exc)
+
+
+def _encode_odd(kind: str, row: dict) -> bytes:
+    """A record orjson refuses (an integer past 64 bits, a key that is not text): the standard
+    library writes it, and ingestion quarantines what its table cannot hold; whatever cannot be
+    written as JSON at all is spooled as a quarantine record, so it is never silently dropped."""
+    try:
+        return json.dumps({"kind": kind, "row": row}, default=str, allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        return orjson.dumps({"kind": "quarantine", "row": {
+            "quarantine_id": uuid.uuid4().hex, "kind": kind, "reason": f"cannot be written as JSON: {exc}",
+            "record": repr(row)[:65536], "quarantined_at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+        }})
 
 
 def _forked(spool_ref: weakref.ref) -> None:
@@ -218,9 +240,22 @@ def flush_all(ingest: bool = True) -> None:
         spool.flush(ingest=ingest)
 
 
+_exit_hooks: list[Callable[[], None]] = []
+
+
+def before_exit_flush(hook: Callable[[], None]) -> None:
+    """Run `hook` at exit before the last write (capture records the calls still in flight)."""
+    _exit_hooks.append(hook)
+
+
 def _flush_at_exit() -> None:
     """Write what is pending, then leave ingestion to a detached process, so an exiting program
     (a CLI command, a CI job) does not wait on DuckDB; readers ingest before they read anyway."""
+    for hook in _exit_hooks:
+        try:
+            hook()
+        except Exception:  # noqa: BLE001 - never fail an exiting application
+            pass
     for spool in list(_spools.values()):
         spool.stop()
     for spool in list(_spools.values()):

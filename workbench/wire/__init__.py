@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from urllib.parse import urlsplit
 
@@ -14,10 +15,12 @@ from workbench.wire import anthropic_messages, openai_chat, openai_responses
 from workbench.wire.call import Call, Exchange, ToolCall, Wire
 from workbench.wire.canonical import request_hash
 from workbench.wire.decode import decode_body
-from workbench.wire.redact import cap_text, redact_url
+from workbench.wire.redact import cap_text, mask_secrets, redact_url
 from workbench.wire.sse import looks_like_sse, parse_events
 
-__all__ = ["Call", "Exchange", "ToolCall", "Wire", "is_complete", "parse_exchange", "priced", "provider_of", "wire_of"]
+__all__ = [
+    "Call", "Exchange", "ToolCall", "Wire", "is_complete", "masked_call", "parse_exchange", "priced", "provider_of", "wire_of",
+]
 
 _PARSERS = {
     "openai.chat": openai_chat,
@@ -148,3 +151,18 @@ def priced(call: Call, registry: ModelRegistry) -> Call:
         result = price_with(row, call.usage)
         call.cost_micros, call.currency, call.price_source = result.cost_micros, result.currency, result.price_source
     return call
+
+
+def masked_call(call: Call, known: list[str] | tuple[str, ...] = ()) -> Call:
+    """A copy of `call` whose text holds no secret: secret-shaped values (a key pasted into a prompt)
+    and the `known` credential values the request sent (a key a provider echoes in its 401 body)
+    masked. A copy, because the caller may still be reading the original (the runtime reads a
+    run's call while the recorder writes it)."""
+    copy = dataclasses.replace(call)
+    for name in ("request_json", "response_json", "error_message", "output_text", "refusal"):
+        setattr(copy, name, mask_secrets(getattr(call, name), known))
+    copy.tool_calls = [
+        ToolCall(name=tool.name, id=tool.id, arguments=mask_secrets(tool.arguments, known) or "")
+        for tool in call.tool_calls
+    ]
+    return copy

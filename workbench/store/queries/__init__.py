@@ -25,7 +25,7 @@ from collections.abc import Callable
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import StoreMissing, Filters, scope, store_counts, filter_options, ingest_pending, read
+from workbench.store.queries._base import StoreMissing, Filters, scope, store_counts, filter_options, ingest_pending, quarantined_records, read
 from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend_by_currency, currency_totals, spend_by_day, spend_by_model, model_totals, spend_by_prompt, prompt_totals, run_totals, top_run_names, top_runs, failure_totals, failed_runs, failures_by
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
 from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
@@ -93,7 +93,7 @@ __all__ = [
     "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
     "has_tables", "ingest_pending", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
     "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
-    "prompt_runs_for_cases", "run_tree", "scope", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
+    "prompt_runs_for_cases", "quarantined_records", "run_tree", "scope", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
     "store_counts", "top_run_names", "top_runs", "unstable_prefix_runs"
 ]
 

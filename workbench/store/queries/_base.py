@@ -180,6 +180,12 @@ def store_counts(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
                   "(SELECT count(*) FROM compactions) AS compactions")
 
 
+def quarantined_records(con: duckdb.DuckDBPyConnection, limit: int = 1000) -> pl.DataFrame:
+    """Records the store could not take, newest first, with the reason (they are kept, not lost)."""
+    return _frame(con, "SELECT quarantined_at, kind, reason, spool_file, line_offset, record FROM quarantine "
+                  "ORDER BY quarantined_at DESC, quarantine_id LIMIT $limit", {"limit": limit})
+
+
 def filter_options(con: duckdb.DuckDBPyConnection, limit: int = 500) -> dict[str, list]:
     """The values each filter can take, and the dates the store spans."""
     calls = _frame(con, f"""
@@ -215,11 +221,11 @@ def read(db: Path | str, spool_dir: Path | str | None, fn: Callable[[duckdb.Duck
          wait_s: float = 5.0, ingest_wait: bool = False) -> T:
     """Ingest pending spools, open the store read-only, run `fn`, close. `StoreMissing` when there
     is no store file; `WorkbenchError` (WB_STORE_LOCKED, WB_STORE_INVALID) when it cannot be read."""
-    from workbench.store.db import open_store
+    from workbench.store.db import open_store, store_exists
 
     db = Path(db)
     ingest_pending(db, Path(spool_dir) if spool_dir else None, wait=ingest_wait)
-    if not db.exists():
+    if not store_exists(db):
         raise StoreMissing(str(db))
     with open_store(db, read_only=True, wait_s=wait_s) as con:
         return fn(con)

@@ -1,0 +1,97 @@
+"""Peak memory of ingesting a large spool backlog: the ingester process's maximum resident set size
+while `ingest_spools` moves a backlog of N calls (a `calls` row, a ~4 KB `call_bodies` row and a
+span each, as the recorder spools them) into a new store.
+
+    python benchmarks/ingest_memory.py [--calls 40000] [--repo PATH] [--append]
+
+`--repo` imports Workbench from another checkout (e.g. a worktree of main, for the figure before a
+change); `--append` adds the result to benchmarks/RESULTS.md. The backlog is written once per run
+into a temporary folder; the ingester is a fresh process, so its peak is the ingestion's alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_backlog(spool: Path, calls: int) -> int:
+    """A dead writer's spool file holding `calls` calls; returns its size in bytes."""
+    spool.mkdir(parents=True)
+    path = spool / f"{socket.gethostname()}-999999998-{uuid.uuid4().hex[:8]}.jsonl"
+    now = datetime.now(timezone.utc).isoformat()
+    request = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "fox " * 500}]})
+    response = json.dumps({"choices": [{"message": {"role": "assistant", "content": "lorem ipsum " * 160}}]})
+    with open(path, "w") as handle:
+        for _ in range(calls):
+            call_id, span_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+            records = [
+                {"kind": "call", "row": {"call_id": call_id, "wire": "openai.chat", "provider": "openai",
+                                         "model_requested": "gpt-4o-mini", "http_status": 200, "settled": True,
+                                         "input_tokens": 520, "output_tokens": 480, "cost_micros": 12345,
+                                         "started_at": now, "ended_at": now, "tool_names": [], "span_id": span_id}},
+                {"kind": "call_body", "row": {"call_id": call_id, "request_json": request, "response_json": response,
+                                              "output_text": "lorem ipsum " * 160, "tool_calls": None}},
+                {"kind": "span", "row": {"span_id": span_id, "trace_id": uuid.uuid4().hex, "name": "chat gpt-4o-mini",
+                                         "kind": "CLIENT", "start_time": now, "end_time": now,
+                                         "status_code": "UNSET", "attributes": '{"gen_ai.request.model": "gpt-4o-mini"}'}},
+            ]
+            handle.write("".join(json.dumps(record) + "\n" for record in records))
+    return path.stat().st_size
+
+
+INGESTER = """
+import resource, sys, time
+sys.path.insert(0, sys.argv[3])
+from workbench.store.ingest import ingest_spools
+started = time.perf_counter()
+count = ingest_spools(sys.argv[1], sys.argv[2])
+print(count, time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def measure(calls: int, repo: Path) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        size = write_backlog(root / "spool", calls)
+        env = {**os.environ, "PYTHONPATH": str(repo)}
+        out = subprocess.run([sys.executable, "-c", INGESTER, str(root / "wb.duckdb"), str(root / "spool"), str(repo)],
+                             env=env, capture_output=True, text=True, check=True).stdout.splitlines()[-1].split()
+        records, seconds, peak_kb = int(out[0]), float(out[1]), int(out[2])
+    return {"calls": calls, "records": records, "backlog_mb": size / 2**20, "seconds": seconds,
+            "peak_mb": peak_kb / 1024, "ratio": peak_kb * 1024 / size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=40_000)
+    parser.add_argument("--repo", type=Path, default=REPO)
+    parser.add_argument("--append", action="store_true")
+    args = parser.parse_args()
+    result = measure(args.calls, args.repo.resolve())
+    commit = subprocess.run(["git", "-C", str(args.repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    line = (f"| {commit} | {result['calls']:,} | {result['backlog_mb']:.0f} MB | {result['records']:,} | "
+            f"{result['seconds']:.1f} s | {result['peak_mb']:.0f} MB | {result['ratio']:.2f}x |")
+    print(line)
+    if args.append:
+        with open(REPO / "benchmarks" / "RESULTS.md", "a") as results:
+            results.write(line + "\n")
+    print(f"# {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load {os.getloadavg()[0]:.1f}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The reliability suite: faults a careless user or an attacker would bring (canaries in every place a
+credential travels, killed and starved processes, a full or read-only disk, hostile files, abrupt
+exits), each followed by the invariants of DESIGN.md's "What must always hold". Most scenarios run
+in a child process, because what they break (the interpreter's exit, a mount, a process-wide
+tracer) must not leak into the test process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_python(code: str, *args: str, cwd: Path, env: dict | None = None, timeout: float = 120,
+               prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter (the repository's `tests/` on its path), in `cwd`."""
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)]), **(env or {})}
+    full_env.pop("PYTEST_XDIST_TESTRUNUID", None)
+    return subprocess.run([*(prefix or []), sys.executable, "-c", code, *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def workbench_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120,
+                  prefix: list[str] | None = None) -> subprocess.CompletedProcess:
+    return run_python("from workbench.cli import main; main()", *args, cwd=cwd, env=env, timeout=timeout,
+                      prefix=prefix)
+
+
+def store_text(db: Path) -> str:
+    """Every text of every table of a store (each column cast to text), one line per row and column."""
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        lines = []
+        for (table,) in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall():
+            columns = [name for (name,) in con.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
+                [table]).fetchall()]
+            for column in columns:
+                for (value,) in con.execute(f'SELECT CAST("{column}" AS VARCHAR) FROM "{table}"').fetchall():
+                    if value is not None:
+                        lines.append(f"{table}.{column}: {value}")
+        return "\n".join(lines)
+    finally:
+        con.close()
+
+
+def count(db: Path, sql: str) -> int:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def _can_unshare() -> list[str] | None:
+    """The `unshare` prefix that gives a child its own mount namespace (root: a plain one; else a
+    user namespace mapped to root), or None where neither works."""
+    if shutil.which("unshare") is None:
+        return None
+    for prefix in (["unshare", "--mount", "--propagation", "private"],
+                   ["unshare", "--user", "--map-root-user", "--mount", "--propagation", "private"]):
+        if subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
+            return prefix
+    return None
+
+
+@pytest.fixture(scope="session")
+def mount_namespace() -> list[str]:
+    """A prefix that runs a command in a private mount namespace, where it may mount a small tmpfs
+    (a full disk) or remount one read-only, without touching the machine's mounts."""
+    prefix = _can_unshare()
+    if prefix is None:
+        pytest.fail("the disk-fault tests need `unshare` (util-linux) with mount namespaces: "
+                    "run as root, or enable unprivileged user namespaces")
+    return prefix
+
+
+def in_namespace(prefix: list[str], script: str, cwd: Path, env: dict | None = None,
+                 timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run a bash `script` in a private mount namespace (see `mount_namespace`), with `$PY` the
+    interpreter and the repository importable; its mounts vanish with it."""
+    full_env = {**os.environ, "PY": sys.executable,
+                "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)]), **(env or {})}
+    full_env.pop("PYTEST_XDIST_TESTRUNUID", None)
+    return subprocess.run([*prefix, "bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
