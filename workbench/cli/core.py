@@ -47,9 +47,10 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
 def _money(micros: int | None, currency: str | None = "USD", exact: bool = False) -> str:
-    from workbench.money import format_exact, format_micros
+    """An exact amount (`workbench.money.format_amount`), or every digit of it (`exact`)."""
+    from workbench.money import format_amount, format_exact
 
-    return (format_exact if exact else format_micros)(micros, currency or "USD")
+    return (format_exact if exact else format_amount)(micros, currency or "USD")
 
 
 DbOption = Annotated[Path | None, typer.Option(help="the store (default: the db setting)")]
