@@ -86,9 +86,11 @@ def _model_info(provider: str | None, url: str | None, model: str):
     snapshot = _snapshot()
     info = None
     if snapshot is not None:
-        # the host-derived provider first, then the URL against the library's own patterns
-        for provider_id, api_url in ((provider, None), (None, url)):
-            if not (provider_id or api_url):
+        # the host-derived provider first, then the URL against the library's own patterns; with
+        # neither (a look-up by name alone, `workbench models`), the library's own name matching
+        tries = [(provider, None), (None, url)] if provider or url else [(None, None)]
+        for provider_id, api_url in tries:
+            if not (provider_id or api_url) and (provider or url):
                 continue
             try:
                 info = snapshot.find_provider_model(model, None, provider_id, api_url)
