@@ -51,6 +51,13 @@ class Billed(BaseModel):
         """The bill in minor units (cents): the exact cost rounded up once."""
         return minor_units(self.cost_micros)
 
+    @classmethod
+    def of_row(cls, row: dict) -> Billed | None:
+        """The bill of a stored `runs` row (its `billed_*` columns); None when the run made no call."""
+        if row.get("billed_calls") is None:
+            return None
+        return cls(**{name: row.get(f"billed_{name}") or 0 for name in cls.model_fields if f"billed_{name}" in row})
+
     @property
     def full_cost_micros(self) -> int | None:
         """What every answered call cost or, replayed, would have cost: the figure to compare a run

@@ -183,7 +183,10 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="a run id (see `workben
     row = run.row(0, named=True)
     console.print(f"[bold]{row['name']}[/] ({row['kind']}) {row['status']}"
                   + (f" — {row['error_code'] or row['error_type']}: {row['error_message']}" if row["status"] == "failed" else ""))
-    console.print(f"bill: {_bill(row)}; tags {row['tags']}")
+    from workbench.capture.runs import Billed
+
+    billed = Billed.of_row(row)
+    console.print(f"billed: {billed if billed is not None else 'no calls'}; tags {row['tags']}")
     _emit(calls.select("started_at", "model", "replayed", "http_status", "stop_reason", "input_tokens",
                        "cache_read_tokens", "cache_write_tokens", "output_tokens", "currency", "cost_micros",
                        "error_type"), "table", "calls")
@@ -194,16 +197,6 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="a run id (see `workben
             console.print(f"assistant: {call['output_text']}", markup=False)
         if call["tool_calls"]:
             console.print(f"tool calls: {call['tool_calls']}", markup=False)
-
-
-def _bill(row: dict) -> str:
-    """A stored bill as `Billed` words it: the exact cost, the rounded bill beside it, replayed apart."""
-    from workbench.capture.runs import Billed
-
-    if row["billed_calls"] is None:
-        return "no calls"
-    return str(Billed(**{name: row[f"billed_{name}"] or 0 for name in Billed.model_fields
-                         if f"billed_{name}" in row}))
 
 
 def _transcript(request_json: str | None) -> str:
