@@ -101,7 +101,7 @@ def blank_store(tmp_path_factory) -> Path:
     return path
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(store=stores(), f=FILTERS, top=st.integers(1, 4), by=st.sampled_from(["model", "tenant", "week", "run"]))
 def test_every_page_kpi_is_the_sum_of_its_rows_and_of_its_chart(blank_store, store, f, top, by):

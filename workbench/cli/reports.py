@@ -20,10 +20,9 @@ def _cost_table(frame, keys: tuple[str, ...]):
         parts = [pl.col(f"{kind}_{p}_ms").round(0).cast(pl.Int64).cast(pl.Utf8) for p in ("p50", "p95", "p99")]
         return pl.concat_str(parts, separator=" / ").alias(f"{kind} ms p50/95/99")
 
-    return frame.select(*keys, "currency", "calls", pl.col("unpriced_calls").alias("unpriced"),
-                        pl.col("replayed_calls").alias("replayed"), "cost_micros", "unpriced_calls",
-                        "replayed_cost_micros", "replayed_unpriced_calls", spread("ttfb"), spread("duration")
-                        ).drop("unpriced_calls", "replayed_unpriced_calls")
+    replayed = pl.when(pl.col("replayed_calls") > 0).then(pl.col("replayed_cost_micros"))  # none: left blank
+    return frame.select(*keys, "currency", "calls", "unpriced_calls", "cost_micros", "replayed_calls",
+                        replayed.alias("replayed_cost_micros"), spread("ttfb"), spread("duration"))
 
 
 @report_app.command("cost")

@@ -40,12 +40,11 @@ _ROOTS = """
         UNION ALL SELECT r.run_id, t.top FROM runs r JOIN _roots t ON r.parent_run_id = t.run_id)
     , _group AS (SELECT t.run_id, r.name AS value FROM _roots t JOIN runs r ON r.run_id = t.top)"""
 _TAG = """
-    , _up(run_id, above, depth) AS (
-        SELECT run_id, run_id, 0 FROM runs
-        UNION ALL SELECT u.run_id, r.parent_run_id, u.depth + 1 FROM _up u JOIN runs r ON r.run_id = u.above
-        WHERE r.parent_run_id IS NOT NULL AND u.depth < 50)
-    , _group AS (SELECT u.run_id, arg_min(g.value, u.depth) AS value
-                 FROM _up u JOIN run_tags g ON g.run_id = u.above AND g.key = $tag_key GROUP BY u.run_id)"""
+    , _group(run_id, value) AS (
+        SELECT run_id, value FROM run_tags WHERE key = $tag_key
+        UNION ALL SELECT r.run_id, g.value FROM runs r JOIN _group g ON r.parent_run_id = g.run_id
+        LEFT JOIN run_tags own ON own.run_id = r.run_id AND own.key = $tag_key WHERE own.run_id IS NULL)"""
+# (a tag flows down from each run that has the key to the runs inside it that do not)
 
 
 def key_columns(by: str) -> tuple[str, ...]:
@@ -73,9 +72,12 @@ def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str) -> pl.DataFram
         join = "LEFT JOIN _group g ON g.run_id = c.run_id"
     ttfb = "(epoch_us(c.first_byte_at) - epoch_us(c.started_at)) / 1000.0"
     duration = "(epoch_us(c.ended_at) - epoch_us(c.started_at)) / 1000.0"
+    # its own query: a second reference to `fc` in one statement would make DuckDB materialize every
+    # column of the filtered calls (ten times the cost of the breakdown)
+    main = _q(con, f, "SELECT coalesce(mode(currency), 'USD') AS currency FROM fc WHERE currency IS NOT NULL")
+    params["main_currency"] = main["currency"][0] if main.height else "USD"
     frame = _q(con, f, f"""{extra}
-        , _main AS (SELECT coalesce(mode(currency), 'USD') AS currency FROM fc WHERE currency IS NOT NULL)
-        SELECT {keys}, coalesce(c.currency, (SELECT currency FROM _main)) AS currency,
+        SELECT {keys}, coalesce(c.currency, $main_currency) AS currency,
                count(*) AS calls, count(*) FILTER (WHERE NOT coalesce(c.settled, false)) AS unsettled,
                count(*) FILTER (WHERE c.replayed) AS replayed_calls,
                count(c.cost_micros) FILTER (WHERE {_LIVE}) AS priced_calls,
