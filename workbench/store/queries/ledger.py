@@ -20,7 +20,7 @@ import duckdb
 import polars as pl
 
 from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _q
-from workbench.store.queries.spend import unknown_when_unpriced
+from workbench.store.queries.spend import CALL_MONEY, unknown_when_unpriced
 
 OTHERS = "everything else"
 TIME_KEYS = ("day", "week", "month")
@@ -79,17 +79,7 @@ def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str) -> pl.DataFram
     frame = _q(con, f, f"""{extra}
         SELECT {keys}, coalesce(c.currency, $main_currency) AS currency,
                count(*) AS calls, count(*) FILTER (WHERE NOT coalesce(c.settled, false)) AS unsettled,
-               count(*) FILTER (WHERE c.replayed) AS replayed_calls,
-               count(c.cost_micros) FILTER (WHERE {_LIVE}) AS priced_calls,
-               count(*) FILTER (WHERE {_LIVE} AND c.settled AND c.cost_micros IS NULL) AS unpriced_calls,
-               coalesce(sum(c.input_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS input_tokens,
-               coalesce(sum(c.cache_read_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cache_read_tokens,
-               coalesce(sum(c.cache_write_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cache_write_tokens,
-               coalesce(sum(c.output_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS output_tokens,
-               coalesce(sum(c.cost_micros) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cost_micros,
-               count(c.cost_micros) FILTER (WHERE c.replayed) AS replayed_priced_calls,
-               count(*) FILTER (WHERE c.replayed AND c.settled AND c.cost_micros IS NULL) AS replayed_unpriced_calls,
-               coalesce(sum(c.cost_micros) FILTER (WHERE c.replayed), 0)::BIGINT AS replayed_cost_micros,
+               {CALL_MONEY},
                quantile_cont({ttfb}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.first_byte_at IS NOT NULL) AS _ttfb,
                quantile_cont({duration}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.ended_at IS NOT NULL) AS _duration
         FROM fc c {join} GROUP BY ALL""", {**params})

@@ -12,6 +12,20 @@ from workbench.store.queries._base import Filters, _LIVE, _MODEL, _q
 # -- Overview ------------------------------------------------------------------------------------
 
 
+# what every spend figure sums over calls `c`: live calls paid (their usage too), replayed calls apart
+CALL_MONEY = f"""count(*) FILTER (WHERE c.replayed) AS replayed_calls,
+    count(c.cost_micros) FILTER (WHERE {_LIVE}) AS priced_calls,
+    count(*) FILTER (WHERE {_LIVE} AND c.settled AND c.cost_micros IS NULL) AS unpriced_calls,
+    coalesce(sum(c.input_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS input_tokens,
+    coalesce(sum(c.cache_read_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cache_read_tokens,
+    coalesce(sum(c.cache_write_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cache_write_tokens,
+    coalesce(sum(c.output_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS output_tokens,
+    coalesce(sum(c.cost_micros) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cost_micros,
+    count(c.cost_micros) FILTER (WHERE c.replayed) AS replayed_priced_calls,
+    count(*) FILTER (WHERE c.replayed AND c.settled AND c.cost_micros IS NULL) AS replayed_unpriced_calls,
+    coalesce(sum(c.cost_micros) FILTER (WHERE c.replayed), 0)::BIGINT AS replayed_cost_micros"""
+
+
 def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
     """Calls summed by UTC day, provider, model, prompt id and version, and currency: one scan of
     the calls that the Overview's figures roll up from (`rollup`), integers all the way. The day
@@ -27,19 +41,9 @@ def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
                    count(*) AS calls, count(*) FILTER (WHERE c.settled) AS settled,
                    count(*) FILTER (WHERE NOT coalesce(c.settled, false)) AS unsettled,
                    count(*) FILTER (WHERE c.http_status >= 400 OR c.error_type IS NOT NULL) AS errors,
-                   count(*) FILTER (WHERE c.replayed) AS replayed_calls,
-                   count(c.cost_micros) FILTER (WHERE {_LIVE}) AS priced_calls,
-                   count(*) FILTER (WHERE {_LIVE} AND c.settled AND c.cost_micros IS NULL) AS unpriced_calls,
                    coalesce(sum(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens + c.output_tokens)
                        FILTER (WHERE {_LIVE} AND c.settled AND c.cost_micros IS NULL), 0)::BIGINT AS unpriced_tokens,
-                   coalesce(sum(c.input_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS input_tokens,
-                   coalesce(sum(c.cache_read_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cache_read_tokens,
-                   coalesce(sum(c.cache_write_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cache_write_tokens,
-                   coalesce(sum(c.output_tokens) FILTER (WHERE {_LIVE}), 0)::BIGINT AS output_tokens,
-                   coalesce(sum(c.cost_micros) FILTER (WHERE {_LIVE}), 0)::BIGINT AS cost_micros,
-                   count(c.cost_micros) FILTER (WHERE c.replayed) AS replayed_priced_calls,
-                   count(*) FILTER (WHERE c.replayed AND c.settled AND c.cost_micros IS NULL) AS replayed_unpriced_calls,
-                   coalesce(sum(c.cost_micros) FILTER (WHERE c.replayed), 0)::BIGINT AS replayed_cost_micros
+                   {CALL_MONEY}
             FROM fc c GROUP BY ALL)
         SELECT (DATE '1970-01-01' + day_n::INTEGER) AS day, * EXCLUDE (day_n) FROM cube ORDER BY day, model""")
 
