@@ -14,8 +14,9 @@ the total input passes a threshold, as `long_context` tiers do. A model priced p
 character or for reasoning apart from output, or with no input price, is left unpriced: its bill would need counters calls
 do not carry, and a partial price would be wrong without saying so.
 
-Importing the library takes about 0.7 s, so it is loaded on a background thread (`warm_up`) and only
-by processes that price calls; the lookups are cached per provider and model name.
+Importing the library takes about 0.7 s of CPU, so it is loaded only when a call needs it: on a
+background thread as recording starts in a project with no price rows of its own (`warm_up`), else at
+the first call no project row prices. The lookups are cached per provider and model name.
 """
 
 from __future__ import annotations

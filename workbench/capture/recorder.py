@@ -39,7 +39,8 @@ class Recorder:
         self.spool: Spool = spool_for(settings.db, settings.resolved_spool_dir, settings.flush_interval_s)
         self.registry: ModelRegistry = load_registry(settings.models if settings.models.is_file() else None)
         self._models_seen: set[str] = set()
-        warm_up()  # the price library loads while the first calls are in flight
+        if not self.registry.rows():  # no project price at all: every call will need the price library, so
+            warm_up()                 # it loads while the first calls are in flight (else on its first use)
 
     def record_call(self, pending: Pending) -> Call | None:
         """Record one finished call. A call inside a run is parsed and priced at once, because the

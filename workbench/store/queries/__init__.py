@@ -1,8 +1,9 @@
 """Every named query the dashboard and the CLI reports read, parameterized, returning polars frames.
 
 No SQL lives anywhere else. Each query takes an open connection and a `Filters`; money comes back as
-integer micro-minor units (sums cast to BIGINT, so nothing travels as a float) and is rounded up to
-the minor unit only when it is formatted (`workbench.money`).
+integer micro-minor units (sums cast to BIGINT, so nothing travels as a float), shown exact when it is
+formatted (`workbench.money`); only a run's bill is rounded, up to the minor unit, once. Spend is what
+live calls cost; replayed calls are counted apart (`replayed_cost_micros`: what they would have cost).
 
 How the filters apply:
 - calls: the date is the call's start (UTC days); provider, model (served, else requested), prompt
