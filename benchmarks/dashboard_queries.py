@@ -30,12 +30,13 @@ from workbench.store.db import open_store
 TARGET_MS = 300
 START = datetime(2024, 1, 1, tzinfo=timezone.utc)
 DAYS = 90
-MODELS = [  # id, provider, prices (input, output, read, write), scale; the last is never priced
-    ("gpt-a", "openai", (250, 1000, 25, None), 0),
-    ("claude-b", "anthropic", (300, 1500, 30, 375), 0),
-    ("small-c", "openai", (15, 60, None, None), 1),
-    ("mystery-d", "openrouter", None, 0),
+MODELS = [  # id, provider, prices (input, output, read, write), scale (2: cents); the last is never priced
+    ("gpt-a", "openai", (250, 1000, 25, None), 2),
+    ("claude-b", "anthropic", (300, 1500, 30, 375), 2),
+    ("small-c", "openai", (15, 60, None, None), 3),
+    ("mystery-d", "openrouter", None, 2),
 ]
+TENANTS = 50  # run tag `tenant`: tenant-0 .. tenant-49
 RUN_NAMES = ["support-bot", "summarizer", "triage", "nightly-eval", "research-agent", "classifier"]
 
 
@@ -72,7 +73,8 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
         ).alias("error_code"),
         (pl.col("started_at") + pl.duration(seconds=30)).alias("ended_at"),
         pl.when(pl.col("name") == "nightly-eval").then(pl.lit("eval_case")).otherwise(pl.lit("app")).alias("kind"),
-        pl.format('{{"env": "{}"}}', pl.lit(["prod", "dev", "staging"]).list.get(_rand("i", 8, 3))).alias("tags"),
+        pl.format('{{"env": "{}", "tenant": "tenant-{}"}}', pl.lit(["prod", "dev", "staging"]).list.get(_rand("i", 8, 3)),
+                  _rand("i", 9, TENANTS)).alias("tags"),
     )
     calls = pl.DataFrame({"i": pl.int_range(n_calls, eager=True)}).with_columns(
         pl.format("call-{}", pl.col("i")).alias("call_id"),
@@ -100,6 +102,7 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
         .otherwise(pl.lit("openai.chat")).alias("wire"),
         pl.lit(200).alias("http_status"),
         (pl.col("started_at") + pl.duration(milliseconds=_rand("i", 22, 5000))).alias("ended_at"),
+        (pl.col("started_at") + pl.duration(milliseconds=_rand("i", 22, 5000) // 4)).alias("first_byte_at"),
     )
     costs = []
     for index, (model_id, _, prices, scale) in enumerate(MODELS):
@@ -111,7 +114,7 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
         write20 = write * 20 if write is not None else inp * 25
         costs.append(-(-(pl.col("input_tokens") * inp * 20 + pl.col("output_tokens") * out * 20
                          + pl.col("cache_read_tokens") * read20 + pl.col("cache_write_tokens") * write20)
-                       // (20 * 10**scale)))
+                       // (20 * 10 ** (scale - 2))))  # micro-cents: a price at scale 2 is cents
     cost = pl.when(pl.col("_k") == 0).then(costs[0])
     for index in range(1, len(MODELS)):
         cost = cost.when(pl.col("_k") == index).then(costs[index])
@@ -124,19 +127,25 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
         *(pl.when(pl.col("settled")).then(pl.col(c)).otherwise(0).alias(c)
           for c in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")),
     ).drop("i", "_m", "_k")
+    paid = pl.col("settled") & ~pl.col("replayed")  # a bill counts live calls; replayed ones apart
+    again = pl.col("settled") & pl.col("replayed")
     bills = calls.filter(pl.col("run_id").is_not_null()).group_by("run_id").agg(
-        pl.col("input_tokens").filter(pl.col("settled")).sum().alias("billed_input_tokens"),
-        pl.col("cache_read_tokens").filter(pl.col("settled")).sum().alias("billed_cache_read_tokens"),
-        pl.col("cache_write_tokens").filter(pl.col("settled")).sum().alias("billed_cache_write_tokens"),
-        pl.col("output_tokens").filter(pl.col("settled")).sum().alias("billed_output_tokens"),
-        pl.col("cost_micros").sum().alias("billed_cost_micros"),
-        (pl.col("settled") & pl.col("cost_micros").is_null()).sum().cast(pl.Int32).alias("billed_unpriced_calls"),
-        pl.col("settled").sum().cast(pl.Int32).alias("billed_calls"),
+        pl.col("input_tokens").filter(paid).sum().alias("billed_input_tokens"),
+        pl.col("cache_read_tokens").filter(paid).sum().alias("billed_cache_read_tokens"),
+        pl.col("cache_write_tokens").filter(paid).sum().alias("billed_cache_write_tokens"),
+        pl.col("output_tokens").filter(paid).sum().alias("billed_output_tokens"),
+        pl.col("cost_micros").filter(paid).sum().alias("billed_cost_micros"),
+        (paid & pl.col("cost_micros").is_null()).sum().cast(pl.Int32).alias("billed_unpriced_calls"),
+        paid.sum().cast(pl.Int32).alias("billed_calls"),
         (~pl.col("settled")).sum().cast(pl.Int32).alias("billed_unsettled"),
+        again.sum().cast(pl.Int32).alias("billed_replayed_calls"),
+        pl.col("cost_micros").filter(again).sum().alias("billed_replayed_cost_micros"),
+        (again & pl.col("cost_micros").is_null()).sum().cast(pl.Int32).alias("billed_replayed_unpriced_calls"),
     )
     runs = runs.join(bills, on="run_id", how="left").drop("i")
-    tags = runs.select("run_id", pl.lit("env").alias("key"),
-                       pl.col("tags").str.json_path_match("$.env").alias("value"))
+    tags = pl.concat([runs.select("run_id", pl.lit(key).alias("key"),
+                                  pl.col("tags").str.json_path_match(f"$.{key}").alias("value"))
+                      for key in ("env", "tenant")])
     compactions = pl.DataFrame({"i": pl.int_range(n_runs // 2, eager=True)}).with_columns(
         pl.format("cmp-{}", pl.col("i")).alias("compaction_id"),
         pl.format("run-{}", (pl.col("i") * 104729) % n_runs).alias("run_id"),

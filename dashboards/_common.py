@@ -1,8 +1,9 @@
 """What every page shares: where the store is, the filters (kept in the URL so a view can be
 shared), cached reads that never hold the store open, and money and table formatting.
 
-Money stays integer micro-minor units until it is shown: `money()` rounds a total up to the minor
-unit once (`workbench.money`), charts divide to major units only to draw an axis."""
+Money stays integer micro-minor units until it is shown: every amount is shown exact (`workbench.money.
+format_amount`: sub-cent where it is sub-cent, the currency named), so rows add up to their totals;
+charts divide to major units only to draw an axis; CSV downloads keep the integers beside the text."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import streamlit as st
 
 from workbench.config import load_settings
 from workbench.errors import WorkbenchError
-from workbench.money import MICROS_PER_MINOR, format_exact, format_micros
+from workbench.money import MICROS_PER_MINOR, format_amount, format_priced, minor_digits
 from workbench.store import queries as q
 
 # file, title, icon: the navigation, in order
@@ -34,7 +35,6 @@ _LIST_PARAMS = {"provider": "providers", "model": "models", "prompt": "prompt_id
 _LABELS = {"providers": "Provider", "models": "Model", "prompt_ids": "Prompt", "prompt_versions": "Prompt version",
            "run_names": "Run name", "tags": "Tags (key=value, all must match)"}
 _SOURCES = {"all": "Live and replayed", "live": "Live only", "replayed": "Replayed only"}
-_ZERO_DIGITS = {"JPY", "KRW"}
 
 
 # -- the store -----------------------------------------------------------------------------------
@@ -86,6 +86,12 @@ def empty_store(db: str, missing: bool = False) -> None:
         "another store: `workbench dashboard --db PATH`."
     )
     st.stop()
+
+
+def filter_choices() -> dict:
+    """The values each filter can take (run names, `key=value` tags, models, ...), cached."""
+    db, spool = store_paths()
+    return _guard(lambda: _options(db, spool))[0]
 
 
 def load_page(page: str, filters: q.Filters, **extra) -> dict[str, pl.DataFrame]:
@@ -184,28 +190,33 @@ def page_header(title: str, caption: str) -> q.Filters:
 
 
 def money(micros: int | None, currency: str | None = "USD", unpriced: int = 0) -> str:
-    """A total, rounded up to the minor unit once; unpriced calls are named, never counted as free."""
-    if micros is None:
-        return f"unpriced ({unpriced:,} calls)" if unpriced else "–"
-    text = format_micros(micros, currency or "USD")
-    return f"{text} + {unpriced:,} unpriced" if unpriced else text
+    """An exact amount; unpriced calls are named beside it, never counted as free."""
+    return format_priced(micros, currency or "USD", unpriced)
+
+
+def bill_note(run: dict) -> str | None:
+    """A stored bill in words (`workbench.Billed`): the exact cost, the bill rounded up once beside it,
+    replayed calls apart with what they would have cost."""
+    from workbench.capture.runs import Billed
+
+    billed = Billed.of_row(run)
+    return None if billed is None else str(billed)
 
 
 def exact(micros: int | None, currency: str | None = "USD") -> str:
-    return format_exact(micros, currency or "USD")
+    return format_amount(micros, currency or "USD")
 
 
 def money_by_currency(frame: pl.DataFrame, column: str = "cost_micros") -> str:
-    """Totals per currency, joined: a sum never mixes currencies."""
+    """Exact totals per currency, joined: a sum never mixes currencies."""
     if frame.is_empty():
-        return format_micros(0)
-    return " + ".join(format_micros(row[column] or 0, row.get("currency") or "USD") for row in frame.iter_rows(named=True))
+        return format_amount(0)
+    return " + ".join(format_amount(row[column] or 0, row.get("currency") or "USD") for row in frame.iter_rows(named=True))
 
 
 def major_units(micros: pl.Expr, currency: str | None = "USD") -> pl.Expr:
     """For a chart axis only: micro-minor units to major units (a float, drawn, never summed)."""
-    digits = 0 if (currency or "USD") in _ZERO_DIGITS else 2
-    return micros.cast(pl.Float64) / float(MICROS_PER_MINOR * 10**digits)
+    return micros.cast(pl.Float64) / float(MICROS_PER_MINOR * 10 ** minor_digits(currency))
 
 
 def compact(count: int | None) -> str:
@@ -229,12 +240,14 @@ def formatted(frame: pl.DataFrame, money_columns: tuple[str, ...] = (), exact_co
         return frame
     n = frame.height
     currencies = frame["currency"].to_list() if "currency" in frame.columns else ["USD"] * n
-    unpriced = frame["unpriced_calls"].to_list() if "unpriced_calls" in frame.columns else [0] * n
     out = frame
     for column in (*money_columns, *exact_columns):
         if column not in frame.columns:
             continue
         values = frame[column].to_list()
+        # a cost names the calls it leaves out: `cost_micros` its `unpriced_calls`, `replayed_cost_micros` its own
+        counted = column.replace("cost_micros", "unpriced_calls")
+        unpriced = frame[counted].to_list() if counted != column and counted in frame.columns else [0] * n
         if column in exact_columns:
             text = [exact(v, c) if v is not None else "–" for v, c in zip(values, currencies)]
         else:
@@ -243,10 +256,11 @@ def formatted(frame: pl.DataFrame, money_columns: tuple[str, ...] = (), exact_co
     return out
 
 
-def table(frame: pl.DataFrame, name: str, money_columns: tuple[str, ...] = ("cost_micros",),
-          exact_columns: tuple[str, ...] = (), hide: tuple[str, ...] = (), column_config: dict | None = None,
-          height: int | None = None) -> None:
-    """A table with money shown in currency and a CSV download (integer micro-minor units kept)."""
+def table(frame: pl.DataFrame, name: str, money_columns: tuple[str, ...] = ("cost_micros", "replayed_cost_micros"),
+          exact_columns: tuple[str, ...] = (), hide: tuple[str, ...] = ("priced_calls", "replayed_priced_calls"),
+          column_config: dict | None = None, height: int | None = None) -> None:
+    """A table with money shown exact in its currency, and a CSV download with the integer micro-minor
+    units beside the text."""
     if frame.is_empty():
         st.caption("Nothing matches the filters.")
         return
@@ -287,7 +301,7 @@ def bar_chart(frame: pl.DataFrame, x: str, y: str, color: str | None, title: str
     if money_axis:
         data = data.with_columns(
             major_units(pl.col(y), currency).alias("_amount"),
-            pl.col(y).map_elements(lambda v: format_micros(v, currency or "USD"), return_dtype=pl.Utf8).alias("amount"),
+            pl.col(y).map_elements(lambda v: format_amount(v, currency or "USD"), return_dtype=pl.Utf8).alias("amount"),
         )
         y_field, y_title = "_amount", f"spend ({currency})"
         tooltip.append(alt.Tooltip("amount:N"))

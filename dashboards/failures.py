@@ -17,7 +17,9 @@ totals = data["totals"].row(0, named=True)
 
 cols = st.columns(5)
 cols[0].metric("Failed runs", f"{totals['failed_runs']:,}", help=f"of {totals['runs']:,} top-level runs")
-cols[1].metric("Billed to failed runs", ui.money(totals["cost_micros"], "USD", totals["unpriced_calls"]))
+cols[1].metric("Billed to failed runs", ui.money(totals["cost_micros"], "USD", totals["unpriced_calls"]),
+               help="what their live calls cost, exact; each run's own bill rounds up to the cent once (see the "
+               "Run explorer)")
 cols[2].metric("Share of spend", ui.share(totals["cost_micros"], totals["total_cost_micros"]),
                help=f"of {ui.money(totals['total_cost_micros'])}: every top-level run's bill plus calls outside runs")
 cols[3].metric("Calls answered", f"{totals['calls']:,}")
@@ -25,6 +27,9 @@ cols[4].metric("Unsettled calls", f"{totals['unsettled']:,}", help="started, nev
 st.caption(
     f"Usage billed to failed runs: {totals['input_tokens']:,} input, {totals['cache_read_tokens']:,} cache read, "
     f"{totals['cache_write_tokens']:,} cache write, {totals['output_tokens']:,} output tokens."
+    + (f" Replayed inside them, never paid: {totals['replayed_calls']:,} calls that would cost "
+       f"{ui.money(totals['replayed_cost_micros'], 'USD', totals['replayed_unpriced_calls'])}."
+       if totals["replayed_calls"] else "")
 )
 
 left, right = st.columns(2)

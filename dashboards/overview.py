@@ -9,27 +9,37 @@ import streamlit as st
 import _common as ui
 
 filters = ui.page_header("Overview", "Where the money went: by day, model and prompt version.")
-data = ui.load_page("overview", filters)
+tag_keys = sorted({tag.partition("=")[0] for tag in ui.filter_choices().get("tags", [])})
+left, right = st.columns([4, 1])
+breakdowns = ["model", "provider", "prompt", "run", "day", "week", "month", *tag_keys]
+by = left.selectbox("Break spend down by", breakdowns, format_func=lambda key: {
+    "prompt": "prompt and version", "run": "run name"}.get(key, key if key in breakdowns[:7] else f"tag: {key}"))
+top = right.number_input("Top", min_value=1, max_value=100, value=10, help="the rest is summed into one row")
+data = ui.load_page("overview", filters, by=f"tag:{by}" if by in tag_keys else by, top=int(top))
 calls = data["calls"].row(0, named=True)
 runs = data["runs"].row(0, named=True)
 finished = runs["ok"] + runs["failed"]
 
-cols = st.columns(5)
+cols = [*st.columns(3), *st.columns(3)]  # money first; six tiles in one row cut an exact amount short
 unpriced_note = f"+ {calls['unpriced_calls']:,} unpriced calls" if calls["unpriced_calls"] else None
 cols[0].metric("Spend", ui.money_by_currency(data["currency"]), delta=unpriced_note, delta_color="inverse",
-               delta_arrow="off", help="priced calls, rounded up to the cent once; unpriced calls are counted "
-               "beside it, never taken as free")
-cols[1].metric("Calls", f"{calls['calls']:,}", help=f"{calls['settled']:,} settled, {calls['unsettled']:,} unsettled, "
+               delta_arrow="off", help="what live calls cost, exact (sub-cent where sub-cent); unpriced calls are "
+               "counted beside it, never taken as free; replayed calls are not in it")
+cols[1].metric("Replayed: would cost", ui.money_by_currency(data["currency"], "replayed_cost_micros"),
+               help=f"{calls['replayed_calls']:,} calls answered from cassettes: never paid, shown apart at what "
+               "they would have cost")
+cols[3].metric("Calls", f"{calls['calls']:,}", help=f"{calls['settled']:,} settled, {calls['unsettled']:,} unsettled, "
                f"{calls['replayed_calls']:,} replayed")
-cols[2].metric("Runs", f"{runs['runs']:,}", help=f"top-level runs ({runs['nested_runs']:,} nested runs inside them)")
-cols[3].metric("Run failure rate", ui.share(runs["failed"], finished),
+cols[4].metric("Runs", f"{runs['runs']:,}", help=f"top-level runs ({runs['nested_runs']:,} nested runs inside them)")
+cols[5].metric("Run failure rate", ui.share(runs["failed"], finished),
                help=f"{runs['failed']:,} failed of {finished:,} finished top-level runs")
-cols[4].metric("Unpriced calls", f"{calls['unpriced_calls']:,}",
-               help="settled calls no model row priced: their cost is unknown, not zero")
+cols[2].metric("Unpriced calls", f"{calls['unpriced_calls']:,}",
+               help="live calls that answered and that no price row covered: their cost is unknown, not zero")
 if calls["unpriced_calls"]:
     st.warning(
-        f"**{calls['unpriced_calls']:,} calls are unpriced** ({calls['unpriced_tokens']:,} tokens): no model row "
-        "matched their model, so their cost is **not** in the totals. Add rows to `models.toml` to price them.",
+        f"**{calls['unpriced_calls']:,} calls are unpriced** ({calls['unpriced_tokens']:,} tokens): neither "
+        "`models.toml` nor the price library knows their model, so their cost is **not** in the totals. Add rows "
+        "to `models.toml` to price them (`workbench models NAME` shows what a model is priced at).",
         icon=":material/money_off:",
     )
 
@@ -49,13 +59,15 @@ if not by_day.is_empty():
     grouped = grouped.with_columns(pl.col("day").cast(pl.Utf8))
     ui.bar_chart(grouped, "day", "cost_micros", key, "Spend per day (UTC)", x_type="O", currency=currency)
 
-left, right = st.columns(2)
-with left:
-    st.subheader("By model")
-    ui.table(data["by_model"], "spend_by_model")
-with right:
-    st.subheader("By prompt version")
-    ui.table(data["by_prompt"], "spend_by_prompt")
+st.subheader(f"Spend by {by}")
+st.caption("Exact amounts: the rows add up to the Spend above, to the millionth of a cent. Latency (ms) is over "
+           "live calls: median, 95th and 99th percentile of the time to first byte and of the duration.")
+ui.table(data["breakdown"], f"breakdown_by_{by}")
+
+st.subheader("By model")
+ui.table(data["by_model"], "spend_by_model")
+st.subheader("By prompt version")
+ui.table(data["by_prompt"], "spend_by_prompt")
 
 left, right = st.columns(2)
 with left:

@@ -31,6 +31,9 @@ cols[2].metric("Net savings", ui.exact(totals["net_savings_micros"], currency),
                help="what the reads saved minus what the writes cost above plain input")
 cols[3].metric("Saved by reads", ui.exact(totals["read_savings_micros"], currency))
 cols[4].metric("Write premium", ui.exact(totals["write_premium_micros"], currency))
+if totals["replayed_calls"]:
+    st.caption(f"{totals['replayed_calls']:,} of these calls were replayed from cassettes: their cache use is in the "
+               "token figures, and they saved no money (they were never paid for).")
 if totals["unpriced_calls"]:
     st.warning(f"{totals['unpriced_calls']:,} settled calls have no price row, so their cache use saved an unknown "
                "amount; they are left out of the money above.", icon=":material/money_off:")

@@ -38,7 +38,7 @@ calls = data["calls"]
 cols = st.columns(5)
 cols[0].metric("Status", run["status"])
 cols[1].metric("Billed", ui.money(run["billed_cost_micros"], "USD", run["billed_unpriced_calls"] or 0)
-               if run["billed_calls"] is not None else "no bill")
+               if run["billed_calls"] is not None else "no bill", help=ui.bill_note(run))
 cols[2].metric("Calls answered", f"{run['billed_calls'] or 0:,}", help=f"{run['billed_unsettled'] or 0:,} unsettled")
 tokens_in = sum(run[f"billed_{k}_tokens"] or 0 for k in ("input", "cache_read", "cache_write"))
 cols[3].metric("Tokens in / out", f"{ui.compact(tokens_in)} / {ui.compact(run['billed_output_tokens'] or 0)}",

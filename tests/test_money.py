@@ -6,7 +6,11 @@ import pytest
 
 from workbench.errors import WorkbenchError
 from workbench.models import ModelRegistry, ModelSpec, Usage, price_with, read_models_toml
-from workbench.money import Money, format_exact, format_micros, minor_units
+from decimal import Decimal
+
+from workbench.money import (
+    Money, decimal_price, format_amount, format_bill, format_exact, format_priced, micros_of_decimal, minor_units,
+)
 
 
 def spec(**prices) -> ModelSpec:
@@ -24,11 +28,25 @@ def test_many_small_calls_round_once_when_read():
     assert sum(minor_units(price_with(row, Usage(input_tokens=1)).cost_micros) for _ in range(1000)) == 1000
 
 
+def test_scale_is_decimal_places_of_the_major_unit_as_in_the_reference_runtimes():
+    # the reference runtimes' `{minor: 75, scale: 3}` is $0.075 per million tokens
+    row = spec(input=75, output=600, scale=3)
+    assert price_with(row, Usage(input_tokens=1_000_000)).cost_micros == 7_500_000  # 7.5 cents
+    assert price_with(row, Usage(output_tokens=1_000_000)).cost_micros == 60_000_000  # $0.60
+    # no scale is the currency's minor unit: cents for USD, yen for JPY
+    assert spec().scale == 2 and spec(currency="JPY").scale == 0
+    assert price_with(spec(input=300), Usage(input_tokens=1_000_000)).cost_micros == 300 * 1_000_000
+    assert price_with(spec(input=3, scale=0), Usage(input_tokens=1_000_000)).cost_micros == 300 * 1_000_000
+
+
 def test_scaled_sub_cent_price_is_exact():
-    row = spec(input=150, output=600, scale=1)  # $0.15 and $0.60 per million
+    row = spec(input=150, output=600, scale=3)  # $0.15 and $0.60 per million
     assert price_with(row, Usage(input_tokens=1_000_000, output_tokens=10)).cost_micros == 15_000_000 + 600
     # one cache read at the default 0.1 x 15 micro-cents is 1.5: rounded up to 2, never down
     assert price_with(row, Usage(cache_read_tokens=1)).cost_micros == 2
+    # a price finer than a micro-cent per token rounds up once per call, not per counter
+    fine = spec(input=833333333333333, output=0, scale=16)  # $0.0833333333333333 per million
+    assert price_with(fine, Usage(input_tokens=1_000_000)).cost_micros == 8_333_334
 
 
 def test_cache_prices_default_to_a_tenth_and_one_and_a_quarter_of_input():
@@ -65,12 +83,36 @@ def test_patterns_match_dated_names_and_the_price_names_its_source():
     assert priced.cost_micros == 3000 and priced.price_source == "gpt-x@2026-01-01"
 
 
-def test_money_formats_rounded_up_and_never_as_float():
-    assert format_micros(1) == "$0.01"
-    assert format_micros(123_456_789_000) == "$1,234.57"
-    assert format_micros(None) == "unpriced"
-    assert format_exact(24_600) == "$0.000246" and format_exact(150_000_000) == "$1.50"
-    assert (Money(5) + Money(7)).micros == 12
+def test_analysis_amounts_are_exact_and_sub_cent_where_sub_cent():
+    assert format_amount(24_600) == "0.000246 USD"  # 0.0246 cents, not a 1-cent bill
+    assert format_amount(225) == "0.00000225 USD"
+    assert format_amount(3_450_000) == "0.0345 USD"  # four significant digits
+    assert format_amount(1_234_567_891) == "12.35 USD"  # never fewer places than the cent
+    assert format_amount(123_456_789_000) == "1,234.57 USD"
+    assert format_amount(0) == "0.00 USD" and format_amount(-5_000_000) == "-0.05 USD"
+    assert format_amount(24_600, "JPY") == "0.0246 JPY" and format_amount(5_000_000, "JPY") == "5 JPY"
+    assert format_amount(None) == "unpriced"
+    assert format_exact(1_234_567_891) == "12.34567891 USD" and format_exact(150_000_000) == "1.50 USD"
+
+
+def test_a_bill_rounds_up_once_and_unpriced_is_never_zero():
+    assert format_bill(1) == "0.01 USD" and format_bill(225) == "0.01 USD"
+    assert format_bill(123_456_789_000) == "1,234.57 USD" and format_bill(0) == "0.00 USD"
+    assert format_bill(None) == "unpriced"
+    assert format_priced(24_600, "USD", unpriced=2) == "0.000246 USD + 2 unpriced"
+    assert format_priced(None, "USD", unpriced=3) == "unpriced (3 calls)"
+
+
+def test_decimal_amounts_become_integers_exactly():
+    assert decimal_price(Decimal("0.075")) == (75, 3) and decimal_price(Decimal("3")) == (300, 2)
+    assert decimal_price(Decimal("1E+1")) == (1000, 2) and decimal_price(Decimal("0.0833333333333333")) == (833333333333333, 16)
+    assert micros_of_decimal(Decimal("50")) == 5_000_000_000 and micros_of_decimal(Decimal("0.000001")) == 100
+    with pytest.raises(ValueError):
+        micros_of_decimal(Decimal("0.000000001"))
+
+
+def test_money_adds_only_one_currency():
+    assert (Money(5) + Money(7)).micros == 12 and Money(24_600).format() == "0.000246 USD" and Money(1).minor == 1
     with pytest.raises(ValueError):
         Money(1, "USD") + Money(1, "EUR")
 

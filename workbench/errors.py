@@ -48,10 +48,12 @@ CODES: dict[str, str] = {
     "WB_EVAL_THRESHOLD": "a score dropped from the baseline by more than the tolerance",
     "WB_EVAL_COST": "the cost per case rose more than --max-cost-increase allows",
     "WB_EVAL_MISSING": "a declared prompt is not named by any eval suite",
+    "WB_SPEND_ABOVE": "the spend in a cost report is above --fail-above (in total, or for a group with --by)",
 }
 
-# Exit codes of the CLI: 1 is a regression found by the gate, 2 anything that prevented a verdict.
-EXIT_CODES: dict[str, int] = {"WB_EVAL_THRESHOLD": 1, "WB_EVAL_COST": 1}
+# Exit codes of the CLI: 1 is a regression found by the gate (or spend above an alert's line), 2 anything
+# that prevented a verdict.
+EXIT_CODES: dict[str, int] = {"WB_EVAL_THRESHOLD": 1, "WB_EVAL_COST": 1, "WB_SPEND_ABOVE": 1}
 
 
 class WorkbenchError(Exception):

@@ -1,7 +1,9 @@
 """The model registry: which provider model names a row covers, its limits and its dated prices.
 
-No vendor price ships in code. Rows come from the user's `models.toml` (see the example one at the
-repository root) or from `register_model(...)`. A model no row matches is unpriced — never free.
+Rows come from the user's `models.toml` (see the example one at the repository root) or from
+`register_model(...)`: a negotiated or private price, and the only rows the runtime routes by. For
+pricing, a model no row covers falls back to the price library shipped with the package
+(`workbench.prices`); a model neither prices is unpriced — never free.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workbench.errors import WorkbenchError
-from workbench.money import ceil_div
+from workbench.money import ceil_div, minor_digits
 
 
 class Usage(BaseModel):
@@ -41,7 +43,7 @@ class Usage(BaseModel):
 
 
 class PriceTier(BaseModel):
-    """Prices in integer minor units per million tokens (divided by 10**scale)."""
+    """Prices per million tokens: integer `minor` amounts at the sheet's `scale` (see `workbench.money`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -67,17 +69,61 @@ class LongContextTier(PriceTier):
     above_input_tokens: int = Field(gt=0)
 
 
-class ModelSpec(PriceTier):
+class PriceSheet(PriceTier):
+    """What prices a call: a model's prices, their currency and scale, the tiers above a context
+    length, and where they come from. A project row (`ModelSpec`) and a row of the price library
+    (`workbench.prices`) are both price sheets."""
+
     id: str
     provider: str
+    currency: str = "USD"
+    # decimal places of the major unit the prices are written in; absent: the currency's minor unit
+    # (2 for USD: cents), so `input = 75, scale = 3` is $0.075 per million tokens
+    scale: int | None = Field(default=None, ge=0, le=24)
+    long_context: list[LongContextTier] = Field(default_factory=list)  # each prices the whole call above it
+    source: str  # where the price was read
+    as_of: date | None = None  # when it was read (a library price: the day it took effect, if dated)
+    origin: str | None = None  # a price library and its version; None: the project's own row
+
+    @field_validator("long_context", mode="before")
+    @classmethod
+    def _one_tier_or_many(cls, value):
+        if value is None:
+            return []
+        return [value] if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _defaults(self) -> PriceSheet:
+        if self.scale is None:
+            object.__setattr__(self, "scale", minor_digits(self.currency))
+        object.__setattr__(self, "long_context", sorted(self.long_context, key=lambda tier: tier.above_input_tokens))
+        return self
+
+    @property
+    def price_source(self) -> str:
+        """Which row priced a call: `gpt-4o-mini@2025-08-01` (the project's), or the library's
+        `genai-prices 0.2.3:openai/gpt-4o-mini`."""
+        if self.origin:
+            dated = f"@{self.as_of.isoformat()}" if self.as_of else ""
+            return f"{self.origin}:{self.provider}/{self.id}{dated}"
+        return f"{self.id}@{self.as_of.isoformat() if self.as_of else 'undated'}"
+
+    def tier_for(self, usage: Usage) -> PriceTier:
+        """The tier whose threshold the call's total input passed last, else the base prices."""
+        chosen: PriceTier = self
+        for tier in self.long_context:
+            if usage.total_input > tier.above_input_tokens:
+                chosen = tier
+        return chosen
+
+
+class ModelSpec(PriceSheet):
+    """A row of the project's registry: a price sheet, the names it covers and the model's limits."""
+
     patterns: list[str] = Field(default_factory=list)  # fnmatch globs over served/requested names
     context_window: int = Field(gt=0)
     max_output: int = Field(gt=0)
-    currency: str = "USD"
-    scale: int = Field(default=0, ge=0, le=6)
-    long_context: LongContextTier | None = None
-    source: str  # where the price was read
-    as_of: date  # when it was read
+    as_of: date  # a project row is always dated
     # capabilities: what the runtime may send this model. A parameter it does not take is withheld
     # (sampling) or refused before the call (reasoning, inputs), never sent to earn a 400.
     family: str | None = None  # the capability ladder it is a rung on (registration order, most capable first)
@@ -101,10 +147,10 @@ class ModelSpec(PriceTier):
 class Priced(BaseModel):
     cost_micros: int
     currency: str
-    price_source: str  # the model row's id and the date of its price
+    price_source: str  # the row that priced it (see `PriceSheet.price_source`)
 
 
-def _tier_cost(tier: PriceTier, usage: Usage, scale: int) -> int:
+def _tier_cost(tier: PriceTier, usage: Usage, scale: int, currency: str) -> int:
     # Prices are multiplied by 20 so the 0.1x read and 1.25x write defaults stay integers (2 and
     # 25); the one division rounds up, and only below a micro-minor unit.
     read = tier.cache_read * 20 if tier.cache_read is not None else tier.input * 2
@@ -117,15 +163,17 @@ def _tier_cost(tier: PriceTier, usage: Usage, scale: int) -> int:
         + (usage.cache_write_tokens - usage.cache_write_1h_tokens) * write_5m
         + usage.cache_write_1h_tokens * write_1h
     )
-    return ceil_div(numerator, 20 * 10**scale)
+    shift = minor_digits(currency) - scale
+    return ceil_div(numerator * 10**shift, 20) if shift >= 0 else ceil_div(numerator, 20 * 10**-shift)
 
 
 class ModelRegistry:
     """Rows in registration order; the last registered row that matches a name wins."""
 
-    def __init__(self) -> None:
+    def __init__(self, library: bool = True) -> None:
         self._rows: list[ModelSpec] = []
         self._lock = threading.Lock()
+        self.library = library  # fall back to the price library (`workbench.prices`) for pricing
 
     def register(self, spec: ModelSpec) -> ModelSpec:
         """Add a row; a row of the same id is replaced where it stands (it keeps its rung)."""
@@ -176,6 +224,17 @@ class ModelRegistry:
             )
         return row
 
+    def sheet_for(self, call) -> PriceSheet | None:
+        """What prices a `Call`: the project's row for its served model, else its requested one,
+        else the price library's price for either, in force when the call started; None: unpriced."""
+        row = self.find(call.model_served) or self.find(call.model_requested)
+        if row is not None or not self.library:
+            return row
+        from workbench.prices import library_sheet
+
+        return (library_sheet(call.model_served, call.provider, call.url, call.started_at)
+                or library_sheet(call.model_requested, call.provider, call.url, call.started_at))
+
     def price(self, name: str | None, usage: Usage) -> Priced | None:
         row = self.find(name)
         return None if row is None else price_with(row, usage)
@@ -184,15 +243,9 @@ class ModelRegistry:
         return [self.register(spec) for spec in read_models_toml(path)]
 
 
-def price_with(spec: ModelSpec, usage: Usage) -> Priced:
-    tier: PriceTier = spec
-    if spec.long_context is not None and usage.total_input > spec.long_context.above_input_tokens:
-        tier = spec.long_context
-    return Priced(
-        cost_micros=_tier_cost(tier, usage, spec.scale),
-        currency=spec.currency,
-        price_source=f"{spec.id}@{spec.as_of.isoformat()}",
-    )
+def price_with(sheet: PriceSheet, usage: Usage) -> Priced:
+    return Priced(cost_micros=_tier_cost(sheet.tier_for(usage), usage, sheet.scale, sheet.currency),
+                  currency=sheet.currency, price_source=sheet.price_source)
 
 
 def read_models_toml(path: Path) -> list[ModelSpec]:

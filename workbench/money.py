@@ -1,24 +1,69 @@
 """Integer money. No float ever touches a price or a cost.
 
-A price is integer minor units (cents for USD) per million tokens, divided by 10**scale for sub-cent
-prices (`scale=1, 75` is 7.5 cents per million). The cost of `tokens` at a price is
-`tokens * price` micro-minor units (millionths of a cent) — exact for scale 0; for scale > 0 each
-call's cost is rounded up to the micro-minor unit, an error under 1e-8 dollars per call.
-Totals add those integers and round UP to the minor unit once, when read.
+A price is an integer `minor` with a `scale`: the number of decimal places of the major unit the
+integer is written in (the reference runtimes' `{minor: 75, scale: 3}` is $0.075). The default scale
+is the currency's own minor unit (2 for USD: cents; 0 for JPY). A price per million tokens prices
+`tokens` at `tokens * minor * 10**(digits - scale)` micro-minor units (millionths of a cent): exact
+when the scale is at most 6 places below the minor unit, else rounded up to the micro-minor unit once
+per call (an error under $1e-8 a call).
+
+Analysis adds those integers and shows the sum exactly (`format_amount`: sub-cent where it is
+sub-cent, to `SIGNIFICANT_DIGITS` significant digits, the currency named). Rounding up belongs to a
+bill: `minor_units` rounds an exact total up to the minor unit once, and `format_bill` shows it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 
 MICROS_PER_MINOR = 1_000_000
-# minor units per major unit, for formatting; everything not listed has 100
+MICRO_DIGITS = 6  # a micro-minor unit is 10**-6 of the minor unit
+SIGNIFICANT_DIGITS = 4  # what an analysis figure shows below the minor unit
+# decimal places of the minor unit; every currency not listed has 2
 _MINOR_DIGITS = {"JPY": 0, "KRW": 0}
-_SYMBOLS = {"USD": "$", "EUR": "€", "GBP": "£"}
 
 
 def ceil_div(numerator: int, denominator: int) -> int:
     return -(-numerator // denominator)
+
+
+def minor_digits(currency: str | None) -> int:
+    """Decimal places of the currency's minor unit (2 for USD, 0 for JPY)."""
+    return _MINOR_DIGITS.get(currency or "USD", 2)
+
+
+def price_micros(tokens: int, minor: int, scale: int, currency: str | None = "USD") -> int:
+    """`tokens` at `minor` (at `scale`) per million tokens, in micro-minor units, rounded up."""
+    shift = minor_digits(currency) - scale
+    if shift >= 0:
+        return tokens * minor * 10**shift
+    return ceil_div(tokens * minor, 10**-shift)
+
+
+def decimal_price(value: Decimal, currency: str | None = "USD") -> tuple[int, int]:
+    """A decimal amount of the major unit as an exact `(minor, scale)` pair, the scale never below
+    the currency's: `Decimal("0.075")` is `(75, 3)`, `Decimal("3")` is `(300, 2)`. Never a float."""
+    if not value.is_finite():
+        raise ValueError(f"not a finite amount: {value}")
+    sign, digits, exponent = value.normalize().as_tuple()
+    scale = max(minor_digits(currency), -exponent)
+    minor = int("".join(map(str, digits)) or "0") * 10 ** (exponent + scale)
+    return (-minor if sign else minor), scale
+
+
+def micros_of_decimal(value: Decimal, currency: str | None = "USD") -> int:
+    """An amount of the major unit (`Decimal("50")`) in micro-minor units, exactly; an amount finer
+    than a micro-minor unit is refused."""
+    minor, scale = decimal_price(value, currency)
+    shift = minor_digits(currency) + MICRO_DIGITS - scale
+    if shift < 0:
+        raise ValueError(f"{value} is finer than a millionth of the minor unit")
+    return minor * 10**shift
+
+
+def _major(micros: int, currency: str) -> Decimal:
+    return Decimal(micros).scaleb(-(minor_digits(currency) + MICRO_DIGITS))
 
 
 @dataclass(frozen=True, order=True)
@@ -35,39 +80,66 @@ class Money:
 
     @property
     def minor(self) -> int:
-        """The amount in minor units, rounded up once."""
-        return ceil_div(self.micros, MICROS_PER_MINOR)
+        """The amount in minor units, rounded up once (a bill)."""
+        return minor_units(self.micros)
 
     def format(self) -> str:
-        return format_micros(self.micros, self.currency)
+        return format_amount(self.micros, self.currency)
 
 
 def minor_units(micros: int) -> int:
-    """Round an exact total up to the minor unit: the one rounding a total ever gets."""
+    """Round an exact total up to the minor unit: the one rounding a bill ever gets."""
     return ceil_div(micros, MICROS_PER_MINOR)
 
 
-def format_micros(micros: int | None, currency: str = "USD") -> str:
-    """`1234567` micro-cents → `$0.02` (rounded up to the cent). None is unpriced."""
-    if micros is None:
-        return "unpriced"
-    digits = _MINOR_DIGITS.get(currency, 2)
-    minor = minor_units(micros)
-    sign = "-" if minor < 0 else ""
-    minor = abs(minor)
-    major, rest = divmod(minor, 10**digits) if digits else (minor, 0)
-    symbol = _SYMBOLS.get(currency)
-    amount = f"{major:,}" + (f".{rest:0{digits}d}" if digits else "")
-    return f"{sign}{symbol}{amount}" if symbol else f"{sign}{amount} {currency}"
+def _text(amount: Decimal, places: int, currency: str) -> str:
+    """`amount` to `places` decimals, trailing zeros past the minor unit dropped (0.0500 → 0.05)."""
+    number = f"{amount:,.{places}f}"
+    digits = minor_digits(currency)
+    if places > digits:
+        whole, _, fraction = number.partition(".")
+        fraction = fraction.rstrip("0").ljust(digits, "0")
+        number = f"{whole}.{fraction}" if fraction else whole
+    return f"{number} {currency}"
 
 
-def format_exact(micros: int | None, currency: str = "USD") -> str:
-    """The exact amount, for one call: `24600` micro-cents → `$0.000246`. None is unpriced."""
+def format_amount(micros: int | None, currency: str | None = "USD") -> str:
+    """An exact amount for analysis: `24600` micro-cents → `0.000246 USD`, `1234567891` →
+    `12.35 USD` (at least the minor unit's places, `SIGNIFICANT_DIGITS` significant digits, never
+    below the micro-minor unit; trailing zeros past the minor unit dropped). None is unpriced."""
     if micros is None:
         return "unpriced"
-    digits = _MINOR_DIGITS.get(currency, 2) + 6
-    sign = "-" if micros < 0 else ""
-    major, rest = divmod(abs(micros), 10**digits)
-    fraction = f"{rest:0{digits}d}".rstrip("0").ljust(2, "0")
-    symbol = _SYMBOLS.get(currency)
-    return f"{sign}{symbol}{major:,}.{fraction}" if symbol else f"{sign}{major:,}.{fraction} {currency}"
+    currency = currency or "USD"
+    digits = minor_digits(currency)
+    amount = _major(micros, currency)
+    if amount == 0:
+        return _text(Decimal(0), digits, currency)
+    exponent = amount.adjusted()  # the place of the first significant digit
+    places = min(max(digits, SIGNIFICANT_DIGITS - 1 - exponent), digits + MICRO_DIGITS)
+    return _text(amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP), places, currency)
+
+
+def format_bill(micros: int | None, currency: str | None = "USD") -> str:
+    """A bill: the exact total rounded up to the minor unit once (`1` micro-cent → `0.01 USD`)."""
+    if micros is None:
+        return "unpriced"
+    currency = currency or "USD"
+    digits = minor_digits(currency)
+    return _text(Decimal(minor_units(micros)).scaleb(-digits), digits, currency)
+
+
+def format_exact(micros: int | None, currency: str | None = "USD") -> str:
+    """Every digit, to the micro-minor unit: `24600` micro-cents → `0.000246 USD`. None is unpriced."""
+    if micros is None:
+        return "unpriced"
+    currency = currency or "USD"
+    return _text(_major(micros, currency), minor_digits(currency) + MICRO_DIGITS, currency)
+
+
+def format_priced(micros: int | None, currency: str | None = "USD", unpriced: int = 0) -> str:
+    """An analysis total with the calls it leaves out named: `0.0123 USD + 2 unpriced`; a group with
+    no priced call at all is `unpriced (2 calls)`, never `0.00`."""
+    if micros is None:
+        return f"unpriced ({unpriced:,} calls)" if unpriced else "–"
+    text = format_amount(micros, currency)
+    return f"{text} + {unpriced:,} unpriced" if unpriced else text

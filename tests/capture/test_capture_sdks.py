@@ -229,8 +229,8 @@ def test_call_recorded_with_usage_cost_run_and_span(store, fake_provider, fake_u
 
 
 def test_models_toml_prices(store, fake_provider, fake_url):
-    """A call priced by the repository's models.toml row (gpt-4o-mini: scale 1, 15 / 7.5 / 60 cents
-    per million), the cost computed here from the TOML file itself."""
+    """A call priced by the repository's models.toml row (gpt-4o-mini: scale 3, $0.150 / $0.075 / $0.600
+    per million), the cost in micro-cents computed here from the TOML file itself."""
     import math
     import tomllib
     from fractions import Fraction
@@ -244,7 +244,7 @@ def test_models_toml_prices(store, fake_provider, fake_url):
     fake_provider.script(Reply(text="ok", usage=usage))
     chat_json(fake_url, "gpt-4o-mini")
     [call] = store.calls()
-    exact = Fraction(5000 * row["input"] + 2048 * row["cache_read"] + 333 * row["output"], 10 ** row["scale"])
+    exact = Fraction(5000 * row["input"] + 2048 * row["cache_read"] + 333 * row["output"], 10 ** (row["scale"] - 2))
     assert call["cost_micros"] == math.ceil(exact)
     assert call["price_source"] == "gpt-4o-mini@2025-08-01"
 

@@ -15,7 +15,7 @@ from workbench.store.ingest import write_rows
 DAY1 = datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc)
 ALPHA = ModelSpec(id="alpha", provider="openai", input=300, output=1500, cache_read=30, cache_write_5m=375,
                   cache_write_1h=600, context_window=100_000, max_output=4096, source="test", as_of=date(2024, 1, 1))
-BETA = ModelSpec(id="beta", provider="anthropic", input=80, output=400, scale=1, context_window=200_000,
+BETA = ModelSpec(id="beta", provider="anthropic", input=80, output=400, scale=3, context_window=200_000,
                  max_output=4096, source="test", as_of=date(2024, 1, 1),
                  long_context={"above_input_tokens": 10_000_000, "input": 160, "output": 600})
 SPECS = {"alpha": ALPHA, "beta": BETA}
@@ -64,9 +64,9 @@ def _at(minutes: int) -> datetime:
     return DAY1 + timedelta(minutes=minutes)
 
 
-def call_rows() -> list[dict]:
+def call_rows(calls: list[tuple] = CALLS) -> list[dict]:
     rows = []
-    for call_id, run_id, minutes, model, usage, (prompt_id, version), flags in CALLS:
+    for call_id, run_id, minutes, model, usage, (prompt_id, version), flags in calls:
         settled = flags.get("settled", True)
         usage = {name: value * TOKENS for name, value in usage.items()}
         priced = price_with(SPECS[model], Usage(**usage)) if settled and model in SPECS else None
@@ -81,25 +81,29 @@ def call_rows() -> list[dict]:
                                                      "output_tokens", "reasoning_tokens", "cache_write_1h_tokens")},
             "cost_micros": priced.cost_micros if priced else None, "currency": priced.currency if priced else None,
             "price_source": priced.price_source if priced else None,
-            "started_at": _at(minutes).isoformat(), "ended_at": (_at(minutes) + timedelta(seconds=2)).isoformat(),
+            "started_at": _at(minutes).isoformat(),
+            "first_byte_at": (_at(minutes) + timedelta(milliseconds=flags.get("ttfb_ms", 400))).isoformat(),
+            "ended_at": (_at(minutes) + timedelta(milliseconds=flags.get("duration_ms", 2000))).isoformat(),
             "prompt_id": prompt_id, "prompt_version": version, "tool_names": [],
         })
     return rows
 
 
-def _subtree(run_id: str) -> set[str]:
+def subtree(run_id: str, runs: list[tuple] = RUNS) -> set[str]:
     found = {run_id}
-    for child, parent, *_ in RUNS:
+    for child, parent, *_ in runs:
         if parent == run_id:
-            found |= _subtree(child)
+            found |= subtree(child, runs)
     return found
 
 
-def run_rows(calls: list[dict]) -> list[dict]:
+def run_rows(calls: list[dict], runs: list[tuple] = RUNS) -> list[dict]:
+    """The runs with their bills, computed here from the calls: live calls paid, replayed ones apart."""
     rows = []
-    for run_id, parent, name, status, code, minutes, tags, (prompt_id, version) in RUNS:
-        inside = [c for c in calls if c["run_id"] in _subtree(run_id)]
-        answered = [c for c in inside if c["settled"]]
+    for run_id, parent, name, status, code, minutes, tags, (prompt_id, version) in runs:
+        inside = [c for c in calls if c["run_id"] in subtree(run_id, runs)]
+        answered = [c for c in inside if c["settled"] and not c["replayed"]]  # paid
+        replayed = [c for c in inside if c["settled"] and c["replayed"]]  # counted apart
         bill = {
             "billed_input_tokens": sum(c["input_tokens"] for c in answered),
             "billed_cache_read_tokens": sum(c["cache_read_tokens"] for c in answered),
@@ -108,7 +112,10 @@ def run_rows(calls: list[dict]) -> list[dict]:
             "billed_reasoning_tokens": 0,
             "billed_cost_micros": sum(c["cost_micros"] or 0 for c in answered),
             "billed_unpriced_calls": sum(1 for c in answered if c["cost_micros"] is None),
-            "billed_calls": len(answered), "billed_unsettled": len(inside) - len(answered),
+            "billed_calls": len(answered), "billed_unsettled": sum(1 for c in inside if not c["settled"]),
+            "billed_replayed_calls": len(replayed),
+            "billed_replayed_cost_micros": sum(c["cost_micros"] or 0 for c in replayed),
+            "billed_replayed_unpriced_calls": sum(1 for c in replayed if c["cost_micros"] is None),
         } if inside else {}
         rows.append({
             "run_id": run_id, "parent_run_id": parent, "name": name, "kind": "agent" if parent else "app",
@@ -167,21 +174,23 @@ EVAL_RESULTS = [
 ]
 
 
-def build(path: Path, evals: bool = True) -> Path:
-    calls = call_rows()
+def build(path: Path, evals: bool = True, calls: list[tuple] = CALLS, runs: list[tuple] = RUNS,
+          compactions: list[tuple] = COMPACTIONS) -> Path:
+    """The store: these calls, runs and compactions (the fixed ones above by default)."""
+    call_dicts = call_rows(calls)
     with open_store(path) as con:
         write_rows(con, "model", [{"price_source": f"{s.id}@{s.as_of.isoformat()}", "id": s.id, "provider": s.provider,
                                    "spec": s.model_dump_json()} for s in SPECS.values()])
-        write_rows(con, "run", run_rows(calls))
-        write_rows(con, "run_tag", [{"run_id": r[0], "key": k, "value": v} for r in RUNS for k, v in r[6].items()])
-        write_rows(con, "call", calls)
+        write_rows(con, "run", run_rows(call_dicts, runs))
+        write_rows(con, "run_tag", [{"run_id": r[0], "key": k, "value": v} for r in runs for k, v in r[6].items()])
+        write_rows(con, "call", call_dicts)
         write_rows(con, "call_body", _bodies())
         write_rows(con, "span", _spans())
         write_rows(con, "compaction", [
             {"compaction_id": cid, "run_id": run, "occurred_at": _at(m).isoformat(), "turn": 3, "outcome": outcome,
              "tokens_before": before, "tokens_after": after, "limit_tokens": 32000, "summarised_turns": summ,
              "kept_turns": kept, "model": "alpha", "cost_micros": cost}
-            for cid, run, m, outcome, before, after, summ, kept, cost in COMPACTIONS])
+            for cid, run, m, outcome, before, after, summ, kept, cost in compactions])
         if evals:
             write_rows(con, "eval_run", EVAL_RUNS)
             write_rows(con, "eval_result", EVAL_RESULTS)

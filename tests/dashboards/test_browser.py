@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import dashboard_store as fx
-from workbench.money import format_micros
+from workbench.money import format_amount
 
 CHROMIUM = Path("/usr/bin/chromium")
 README_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
@@ -30,10 +30,11 @@ CALLS = fx.call_rows()
 COST = {c["call_id"]: c["cost_micros"] or 0 for c in CALLS}
 # url path, screenshot name, texts that must be visible
 PAGES = [
-    ("", "overview", ["Overview", format_micros(sum(COST.values())), "+ 1 unpriced calls", "calls are unpriced"]),
+    ("", "overview", ["Overview", format_amount(sum(c["cost_micros"] or 0 for c in CALLS if not c["replayed"])),
+                      "+ 1 unpriced calls", "calls are unpriced"]),
     ("prompt_cache", "prompt_cache", ["Prompt cache", "Request hit rate", "40.0%"]),
-    ("compaction", "compaction", ["Compaction", format_micros(sum(x[8] for x in fx.COMPACTIONS))]),
-    ("failures", "failures", ["Failures", format_micros(sum(COST[i] for i in ("c04", "c05", "c07", "c08")))]),
+    ("compaction", "compaction", ["Compaction", format_amount(sum(x[8] for x in fx.COMPACTIONS))]),
+    ("failures", "failures", ["Failures", format_amount(sum(COST[i] for i in ("c04", "c05", "c07", "c08")))]),
     ("evals", "evals", ["Evals", "Gate verdicts"]),
     ("run_explorer?run_id=R1", "run_explorer", ["Run explorer", "Hello, Ada Lovelace!", "lookup_person"]),
 ]

@@ -28,19 +28,26 @@ def cost(*ids: str) -> int:
     return sum(BY_ID[i]["cost_micros"] or 0 for i in ids)
 
 
+LIVE = [c for c in CALLS if not c["replayed"]]  # c09 was replayed: it cost nothing
+PAID = sum(c["cost_micros"] or 0 for c in LIVE)
+
+
 def test_overview_headlines(dashboard_db):
     data = read(dashboard_db, lambda con: q.overview_page(con, q.Filters()))
     calls = data["calls"].row(0, named=True)
     assert calls["calls"] == 11 and calls["settled"] == 10 and calls["unsettled"] == 1
     assert calls["unpriced_calls"] == 1 and calls["unpriced_tokens"] == 330_000  # c10, the `mystery` model
-    assert data["currency"].rows() == [("USD", sum(c["cost_micros"] or 0 for c in CALLS), 9)]
+    # spend is what was paid; the replayed call is shown apart, at what it would have cost
+    assert data["currency"].rows() == [("USD", PAID, 8, cost("c09"), 1)]
+    assert calls["cost_micros"] == PAID and calls["replayed_cost_micros"] == cost("c09") > 0
     runs = data["runs"].row(0, named=True)
     assert (runs["runs"], runs["failed"], runs["ok"], runs["running"], runs["nested_runs"]) == (5, 2, 2, 1, 1)
     by_model = {row["model"]: row for row in data["by_model"].iter_rows(named=True)}
-    assert by_model["alpha"]["cost_micros"] == cost("c01", "c02", "c03", "c07", "c08", "c09", "c11")
+    assert by_model["alpha"]["cost_micros"] == cost("c01", "c02", "c03", "c07", "c08", "c11")
+    assert by_model["alpha"]["replayed_cost_micros"] == cost("c09") and by_model["alpha"]["replayed_calls"] == 1
     assert by_model["mystery"]["cost_micros"] is None and by_model["mystery"]["unpriced_calls"] == 1
     by_day = data["by_day"]
-    assert by_day["cost_micros"].sum() == sum(c["cost_micros"] or 0 for c in CALLS)
+    assert by_day["cost_micros"].sum() == PAID
     day1 = by_day.filter(by_day["day"] == date(2024, 5, 1))["cost_micros"].sum()
     assert day1 == cost("c01", "c02", "c03", "c04")
     top = data["top_names"].row(0, named=True)
@@ -49,15 +56,16 @@ def test_overview_headlines(dashboard_db):
 
 
 def _savings(calls: list[dict]) -> tuple[int, int]:
-    """Read savings and write premium in micro-minor units, from the price sheets, by hand."""
+    """Read savings and write premium of the live calls (replayed ones were never paid), in
+    micro-minor units, from the price sheets, by hand."""
     read_total, write_total = Fraction(0), Fraction(0)
     for call in calls:
-        if not call["settled"] or call["price_source"] is None:
+        if not call["settled"] or call["price_source"] is None or call["replayed"]:
             continue
         spec = fx.SPECS[call["model_served"]]
         over = call["input_tokens"] + call["cache_read_tokens"] + call["cache_write_tokens"]
-        tier = spec.long_context if spec.long_context and over > spec.long_context.above_input_tokens else spec
-        unit = Fraction(1, 10**spec.scale)
+        tier = next((t for t in reversed(spec.long_context) if over > t.above_input_tokens), spec)
+        unit = Fraction(100, 10**spec.scale)  # micro-cents per token at a price per million
         price_in = tier.input * unit
         price_read = (tier.cache_read if tier.cache_read is not None else Fraction(tier.input, 10)) * unit
         price_w5 = (tier.cache_write_5m if tier.cache_write_5m is not None else Fraction(tier.input * 5, 4)) * unit
@@ -97,7 +105,7 @@ def test_failure_headlines(dashboard_db):
     assert totals["cost_micros"] == sum(c["cost_micros"] for c in answered) == cost("c04", "c05", "c07", "c08")
     assert totals["calls"] == len(answered) == 4 and totals["unsettled"] == 1
     assert totals["output_tokens"] == sum(c["output_tokens"] for c in answered)
-    assert totals["total_cost_micros"] == sum(c["cost_micros"] or 0 for c in CALLS)
+    assert totals["total_cost_micros"] == PAID
     by_code = {r["error_code"]: r["cost_micros"] for r in data["by_error"].iter_rows(named=True)}
     assert by_code == {"WB_PROVIDER_ERROR": cost("c04", "c05"), "WB_AGENT_DEADLINE": cost("c07", "c08")}
     by_prompt = {(r["prompt_id"], r["prompt_version"]): r["runs"] for r in data["by_prompt"].iter_rows(named=True)}
@@ -135,7 +143,8 @@ def test_filters(dashboard_db, filters, call_ids, top_runs):
     assert totals["calls"][0] == len(call_ids)
     assert set(runs["run_id"]) == top_runs
     spend = read(dashboard_db, lambda con: q.spend_by_currency(con, filters))
-    assert spend["cost_micros"].sum() == cost(*call_ids)
+    assert spend["cost_micros"].sum() == cost(*(i for i in call_ids if not BY_ID[i]["replayed"]))
+    assert spend["replayed_cost_micros"].sum() == cost(*(i for i in call_ids if BY_ID[i]["replayed"]))
 
 
 def test_compaction_filters_go_through_runs(dashboard_db):

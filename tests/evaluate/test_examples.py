@@ -74,10 +74,12 @@ def test_results_in_the_store_and_judges_billed_apart(examples, store):
         assert len(results) == len(suites[name].cases)
         baseline = json.loads(suites[name].baseline_path.read_text())
         for result in results:
-            # a case's cost is its own run's bill: every call of the case, replayed and priced
+            # a case's cost is what its run's calls cost or, replayed, would have cost: its bill paid
+            # nothing (every call was replayed), and says what the replayed calls would have cost
             [case_run] = rows(store, "SELECT * FROM runs WHERE run_id = ?", result["run_id"])
             assert case_run["kind"] == "eval_case" and case_run["prompt_hash"] == prompt.hash
-            assert result["cost_micros"] == case_run["billed_cost_micros"] > 0
+            assert (case_run["billed_cost_micros"], case_run["billed_calls"]) == (0, 0)
+            assert result["cost_micros"] == case_run["billed_replayed_cost_micros"] > 0
             assert result["cost_micros"] == baseline["cases"][result["case_id"]]["cost_micros"]
             calls = rows(store, "SELECT replayed, prompt_id, cost_micros FROM calls WHERE run_id IN "
                                 "(SELECT run_id FROM runs WHERE run_id = ? OR parent_run_id = ?)",
@@ -91,8 +93,8 @@ def test_results_in_the_store_and_judges_billed_apart(examples, store):
     judges = rows(store, "SELECT * FROM runs WHERE kind = 'judge' AND name LIKE 'judge:summarizer:%' "
                          "AND started_at >= ?", summarizer.started_at)
     assert len(judges) == 4 and all(judge["parent_run_id"] is None for judge in judges)
-    assert all(judge["prompt_id"] == "summary-judge" and judge["billed_cost_micros"] > 0 for judge in judges)
-    assert summarizer.judge_cost_micros == sum(judge["billed_cost_micros"] for judge in judges) > 0
+    assert all(judge["prompt_id"] == "summary-judge" and judge["billed_replayed_cost_micros"] > 0 for judge in judges)
+    assert summarizer.judge_cost_micros == sum(judge["billed_replayed_cost_micros"] for judge in judges) > 0
     # the judge's calls are in no case's run tree
     case_runs = {result.run_id for result in summarizer.results}
     judge_ids = [judge["run_id"] for judge in judges]

@@ -117,3 +117,49 @@ def test_a_failing_migration_leaves_the_store_at_its_version(tmp_path, monkeypat
         assert "half_done" not in tables
     finally:
         con.close()
+
+
+def _before(suffix: str) -> int:
+    """The version just before the migration whose name ends with `suffix`."""
+    return next(number for number, (name, _) in enumerate(MIGRATIONS) if name.endswith(suffix))
+
+
+def test_old_price_rows_move_to_the_reference_scale(tmp_path):
+    con = duckdb.connect(str(tmp_path / "old-scale.duckdb"))
+    try:
+        migrate(con, target=_before("_ledger_price_scale"))
+        # written the old way: scale counted places below the cent (1: tenths of a cent)
+        con.execute("""INSERT INTO models VALUES
+            ('mini@2025-08-01', 'mini', 'openai', '{"input": 150, "output": 600, "scale": 1}'),
+            ('big@2025-08-01', 'big', 'openai', '{"input": 300, "output": 1500}'),
+            ('yen@2025-08-01', 'yen', 'x', '{"input": 3, "output": 4, "currency": "JPY"}')""")
+        migrate(con)
+        scales = dict(con.execute("SELECT id, json_extract(spec, '$.scale')::INTEGER FROM models").fetchall())
+        assert scales == {"mini": 3, "big": 2, "yen": 0}  # the same prices: $0.150, $3.00, 3 yen per million
+    finally:
+        con.close()
+
+
+def test_old_bills_no_longer_count_replayed_calls_as_paid(tmp_path):
+    con = duckdb.connect(str(tmp_path / "old-bills.duckdb"))
+    try:
+        migrate(con, target=_before("_ledger_replayed_apart"))
+        # R1 (with R1a inside) billed 1 live and 2 replayed calls as 3 paid ones; R2 made no call
+        con.execute("""INSERT INTO runs (run_id, parent_run_id, name, billed_input_tokens, billed_cache_read_tokens,
+            billed_cache_write_tokens, billed_output_tokens, billed_reasoning_tokens, billed_cost_micros,
+            billed_unpriced_calls, billed_calls, billed_unsettled) VALUES
+            ('R1', NULL, 'a', 60, 0, 0, 6, 0, 600, 1, 3, 0), ('R1a', 'R1', 'b', 50, 0, 0, 5, 0, 500, 1, 2, 0),
+            ('R2', NULL, 'c', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)""")
+        con.execute("""INSERT INTO calls (call_id, run_id, settled, replayed, input_tokens, cache_read_tokens,
+            cache_write_tokens, output_tokens, reasoning_tokens, cost_micros) VALUES
+            ('c1', 'R1', true, false, 10, 0, 0, 1, 0, 100), ('c2', 'R1a', true, true, 20, 0, 0, 2, 0, 500),
+            ('c3', 'R1a', true, true, 30, 0, 0, 3, 0, NULL)""")
+        migrate(con)
+        rows = {row[0]: row[1:] for row in con.execute(
+            "SELECT run_id, billed_calls, billed_input_tokens, billed_output_tokens, billed_cost_micros, "
+            "billed_unpriced_calls, billed_replayed_calls, billed_replayed_cost_micros, billed_replayed_unpriced_calls "
+            "FROM runs").fetchall()}
+        assert rows == {"R1": (1, 10, 1, 100, 0, 2, 500, 1), "R1a": (0, 0, 0, 0, 0, 2, 500, 1),
+                        "R2": (None, None, None, None, None, None, None, None)}
+    finally:
+        con.close()

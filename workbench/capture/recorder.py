@@ -20,6 +20,7 @@ from workbench.capture.tracing import tracer
 from workbench.config import Settings, load_settings_leniently
 from workbench.errors import WorkbenchError
 from workbench.models import ModelRegistry, load_registry, registry
+from workbench.prices import warm_up
 from workbench.store.spool import Spool, spool_for
 from workbench.wire import Call, Exchange, masked_call, parse_exchange, priced
 from workbench.wire.canonical import request_hash as hash_request
@@ -50,9 +51,8 @@ class Recorder:
         if problems:
             log.warning("workbench records with problems (fix them to silence this): %s", "; ".join(problems))
         self._models_seen: set[str] = set()
-
-    def call_of(self, exchange: Exchange) -> Call:
-        return priced(parse_exchange(exchange, self.settings.body_cap_bytes, hash_request=False), self.registry)
+        if not self.registry.rows():  # no project price at all: every call will need the price library, so
+            warm_up()                 # it loads while the first calls are in flight (else on its first use)
 
     def record_call(self, pending: Pending) -> Call | None:
         """Record one finished call. A call inside a run is parsed and priced at once, because the
@@ -72,10 +72,11 @@ class Recorder:
 
     def _call(self, pending: Pending) -> Call:
         exchange, error = pending.exchange()
-        call = self.call_of(exchange)
+        call = parse_exchange(exchange, self.settings.body_cap_bytes, hash_request=False)
         call.call_id = new_id()
         call.started_at, call.ended_at = _time(pending.started_ns), _time(pending.ended_ns)
         call.first_byte_at = _time(pending.first_byte_ns) if pending.first_byte_ns else None
+        priced(call, self.registry)  # at the price in force when the call started
         call.replayed, call.cassette, call.request_hash = pending.replayed, pending.cassette, pending.request_hash
         # what the transport saw (a cut, an abandoned stream) explains a half body the parser could
         # not read; a provider's own error type is kept
@@ -119,12 +120,12 @@ class Recorder:
         self.spool.append("call_body", body)
         if call.price_source and call.price_source not in self._models_seen:
             self._models_seen.add(call.price_source)
-            spec = self.registry.find(call.model_served) or self.registry.find(call.model_requested)
-            if spec is not None:
+            sheet = self.registry.sheet_for(call)
+            if sheet is not None:
                 self.spool.append(
                     "model",
-                    {"price_source": call.price_source, "id": spec.id, "provider": spec.provider,
-                     "spec": spec.model_dump_json()},
+                    {"price_source": call.price_source, "id": sheet.id, "provider": sheet.provider,
+                     "spec": sheet.model_dump_json()},
                 )
 
     def record_run(self, run: Run) -> None:

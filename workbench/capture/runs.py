@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from workbench.ids import new_id
 from workbench.capture import semconv
 from workbench.capture.tracing import tracer
-from workbench.money import minor_units
+from workbench.money import format_amount, format_bill, format_priced, minor_units
 from workbench.wire.call import Call
 from workbench.wire.redact import mask_secrets
 
@@ -30,23 +30,64 @@ _BILLED_ATTR = "__workbench_billed__"
 
 
 class Billed(BaseModel):
-    """What a run was billed: usage over every call that answered, its exact cost, the calls."""
+    """What a run was billed: money that left the account. Usage and exact cost over every live call
+    that answered; replayed calls (answered from a cassette, never paid) are counted apart, with what
+    they would have cost; calls nothing priced are counted, never taken as free."""
 
     input_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
-    cost_micros: int = 0  # exact; unpriced calls add nothing here and are counted below
+    cost_micros: int = 0  # exact, live calls; unpriced calls add nothing here and are counted below
     currency: str = "USD"
-    calls: int = 0  # calls that answered with usage
+    calls: int = 0  # live calls that answered with usage
     unsettled: int = 0  # calls started that never reported usage: counted, never estimated
-    unpriced_calls: int = 0
+    unpriced_calls: int = 0  # live calls that answered and that no price covers
+    replayed_calls: int = 0  # calls answered from a cassette: not paid, not in the figures above
+    replayed_cost_micros: int = 0  # what the priced ones would have cost, exact
+    replayed_unpriced_calls: int = 0
 
     @property
     def cost(self) -> int:
-        """The cost in minor units (cents), rounded up once."""
+        """The bill in minor units (cents): the exact cost rounded up once."""
         return minor_units(self.cost_micros)
+
+    @classmethod
+    def of_row(cls, row: dict) -> Billed | None:
+        """The bill of a stored `runs` row (its `billed_*` columns); None when the run made no call."""
+        if row.get("billed_calls") is None:
+            return None
+        return cls(**{name: row.get(f"billed_{name}") or 0 for name in cls.model_fields if f"billed_{name}" in row})
+
+    @property
+    def full_cost_micros(self) -> int | None:
+        """What every answered call cost or, replayed, would have cost: the figure to compare a run
+        replayed from cassettes with one that paid. None when a call was unpriced."""
+        if self.unpriced_calls or self.replayed_unpriced_calls:
+            return None
+        return self.cost_micros + self.replayed_cost_micros
+
+    def __str__(self) -> str:
+        """`3 live calls: 0.000246 USD exact, bill 0.01 USD, 1 unpriced; 2 replayed: would cost 0.0007 USD`."""
+        def calls(count: int, kind: str) -> str:
+            return f"{count:,} {kind} call{'' if count == 1 else 's'}"
+
+        if not self.calls:
+            parts = ["nothing paid"]
+        elif self.calls == self.unpriced_calls:
+            parts = [f"{calls(self.calls, 'live')}: unpriced"]
+        else:
+            parts = [f"{calls(self.calls, 'live')}: {format_amount(self.cost_micros, self.currency)} exact, "
+                     f"bill {format_bill(self.cost_micros, self.currency)}"
+                     + (f", {self.unpriced_calls:,} unpriced" if self.unpriced_calls else "")]
+        if self.unsettled:
+            parts[0] += f"; {self.unsettled:,} unsettled"
+        if self.replayed_calls:
+            would = self.replayed_cost_micros if self.replayed_calls > self.replayed_unpriced_calls else None
+            parts.append(f"{calls(self.replayed_calls, 'replayed')}: would cost "
+                         f"{format_priced(would, self.currency, self.replayed_unpriced_calls)}")
+        return "; ".join(parts)
 
 
 # a run's running bill: `Billed`'s fields as plain slots (a model's checked attribute set would cost
@@ -94,7 +135,14 @@ class Run:
         with self._lock:
             billed = self._billed
             self._attributed += 1
-            if call.settled:
+            if call.settled and call.replayed:  # never paid: counted apart, at what it would have cost
+                billed.replayed_calls += 1
+                if call.cost_micros is None:
+                    billed.replayed_unpriced_calls += 1
+                else:
+                    billed.replayed_cost_micros += call.cost_micros
+                    billed.currency = call.currency or billed.currency
+            elif call.settled:
                 usage = call.usage
                 billed.input_tokens += usage.input_tokens
                 billed.cache_read_tokens += usage.cache_read_tokens
@@ -136,7 +184,8 @@ class Run:
                 f"billed_{name}": (getattr(billed, name) if bill else None)
                 for name in (
                     "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
-                    "reasoning_tokens", "cost_micros", "unpriced_calls", "calls", "unsettled",
+                    "reasoning_tokens", "cost_micros", "unpriced_calls", "calls", "unsettled", "replayed_calls",
+                    "replayed_cost_micros", "replayed_unpriced_calls",
                 )
             },
         }

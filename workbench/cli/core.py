@@ -47,13 +47,14 @@ err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
 
 
 def _money(micros: int | None, currency: str | None = "USD", exact: bool = False) -> str:
-    from workbench.money import format_exact, format_micros
+    """An exact amount (`workbench.money.format_amount`), or every digit of it (`exact`)."""
+    from workbench.money import format_amount, format_exact
 
-    return (format_exact if exact else format_micros)(micros, currency or "USD")
+    return (format_exact if exact else format_amount)(micros, currency or "USD")
 
 
 DbOption = Annotated[Path | None, typer.Option(help="the store (default: the db setting)")]
-SinceOption = Annotated[str | None, typer.Option(help="only from this day on (YYYY-MM-DD)")]
+SinceOption = Annotated[str | None, typer.Option(help="only from this day on (YYYY-MM-DD), or the last 30m, 12h, 1d, 2w")]
 FormatOption = Annotated[str, typer.Option("--format", help="table, csv or json")]
 
 
@@ -74,15 +75,22 @@ def _read(db: Path | None, query):
         ) from None
 
 
+_SPANS = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
 def _filters(since: str | None):
-    from datetime import date
+    from datetime import date, datetime, timedelta, timezone
 
     from workbench.store.queries import Filters
 
+    text = (since or "").strip().lower()
     try:
+        if text[:-1].isdigit() and text[-1:] in _SPANS:  # a span back from now: 1d is the last 24 hours
+            return Filters(date_from=datetime.now(timezone.utc) - timedelta(seconds=int(text[:-1]) * _SPANS[text[-1]]))
         return Filters(date_from=date.fromisoformat(since) if since else None)
     except ValueError:
-        raise WorkbenchError("WB_CONFIG_INVALID", f"--since {since!r} is not a date", "use --since 2026-01-31") from None
+        raise WorkbenchError("WB_CONFIG_INVALID", f"--since {since!r} is not a date or a span",
+                             "use --since 2026-01-31, or --since 1d (also 30m, 12h, 2w)") from None
 
 
 def _emit(frame, fmt: str, title: str) -> None:
@@ -97,16 +105,30 @@ def _emit(frame, fmt: str, title: str) -> None:
         raise WorkbenchError("WB_CONFIG_INVALID", f"--format {fmt!r}", "use table, csv or json")
     import polars as pl
 
+    # one currency: named once, in the money columns' headers
+    currencies = set(frame["currency"].drop_nulls()) if "currency" in frame.columns else {"USD"}
+    single = next(iter(currencies)) if len(currencies) == 1 else None
+    shown = [name for name in frame.columns if not (single and name == "currency")]
     table = Table(title=title)
-    for name in frame.columns:
-        table.add_column(name.removesuffix("_micros"), justify="left" if frame[name].dtype == pl.Utf8 else "right")
+    for name in shown:
+        header = f"{name.removesuffix('_micros')} ({single})" if single and name.endswith("_micros") else name
+        table.add_column(header, justify="left" if frame[name].dtype == pl.Utf8 else "right")
     for row in frame.iter_rows(named=True):
-        table.add_row(*[
-            _money(value) if name.endswith("_micros") and value is not None else ("" if value is None else str(value))
-            for name, value in row.items()
-        ])
+        cells = [_cell(name, row[name], row) for name in shown]
+        table.add_row(*[cell.removesuffix(f" {single}") if single and name.endswith("_micros") else cell
+                        for name, cell in zip(shown, cells)])
     console.print(table if frame.height else f"{title}: nothing recorded")
 
+
+
+def _cell(name: str, value, row: dict) -> str:
+    """Money exact, in the row's currency; a cost with nothing priced is `unpriced`, never 0.00."""
+    if not name.endswith("_micros"):
+        return "" if value is None else str(value)
+    from workbench.money import format_priced
+
+    unpriced = row.get(name.replace("cost_micros", "unpriced_calls"), 0) if "cost_micros" in name else 0
+    return format_priced(value, row.get("currency") or "USD", unpriced or 0) if value is not None or unpriced else ""
 
 
 def main() -> None:

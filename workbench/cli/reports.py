@@ -8,26 +8,100 @@ from typing import Annotated
 import typer
 
 from workbench.cli.core import (
-    DbOption, FormatOption, SinceOption, _emit, _filters, _money, _read, console, report_app, runs_app,
+    DbOption, FormatOption, SinceOption, _emit, _filters, _money, _read, console, err_console, report_app, runs_app,
 )
 from workbench.errors import WorkbenchError
 
+def _cost_table(frame, keys: tuple[str, ...]):
+    """The cost report as a terminal table: money, then latency as `p50 / p95 / p99` in two columns."""
+    import polars as pl
+
+    def spread(kind: str) -> pl.Expr:
+        parts = [pl.col(f"{kind}_{p}_ms").round(0).cast(pl.Int64).cast(pl.Utf8) for p in ("p50", "p95", "p99")]
+        return pl.concat_str(parts, separator=" / ").alias(f"{kind} ms p50/95/99")
+
+    replayed = pl.when(pl.col("replayed_calls") > 0).then(pl.col("replayed_cost_micros"))  # none: left blank
+    return frame.select(*keys, "currency", "calls", "unpriced_calls", "cost_micros", "replayed_calls",
+                        replayed.alias("replayed_cost_micros"), spread("ttfb"), spread("duration"))
+
+
 @report_app.command("cost")
 def report_cost(
-    by: Annotated[str, typer.Option(help="model, prompt or day")] = "model",
+    by: Annotated[str | None, typer.Option(
+        help="model, provider, prompt, day, week, month, run (top-level run name), or any tag key "
+             "(user, tenant, ...; tag:KEY for a tag named like one of these). Default: model")] = None,
+    top: Annotated[int | None, typer.Option(help="the N most expensive groups, the rest summed into one row")] = None,
+    fail_above: Annotated[str | None, typer.Option(
+        help="exit 1 when the spend (each group's, with --by) is above this amount of the currency's major "
+             "unit: --fail-above 50 is $50")] = None,
     since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
 ) -> None:
-    """Spend by model, prompt version or day; unpriced calls are counted, never shown as free."""
+    """Spend, exact, by any key, with the latency of the same calls. Spend is money paid (live calls);
+    replayed calls are shown apart, with what they would have cost; unpriced calls are counted, never
+    shown as free."""
     from workbench.store import queries
 
-    keys = {"model": ("provider", "model"), "prompt": ("prompt_id", "prompt_version"), "day": ("day",)}
-    if by not in keys:
-        raise WorkbenchError("WB_CONFIG_INVALID", f"--by {by!r}", "use --by model, prompt or day")
-    columns = ("calls", "unsettled", "unpriced_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens",
-               "output_tokens", "cost_micros")
-    frame = _read(db, lambda con: queries.rollup(queries.spend_cube(con, _filters(since)), keys[by], columns))
-    frame = frame.select(*keys[by], *columns).sort("cost_micros", descending=True, nulls_last=True)
-    _emit(frame, fmt, f"cost by {by}")
+    group = by or "model"
+    if not group.strip():
+        raise WorkbenchError("WB_CONFIG_INVALID", "--by ''", "use --by model, provider, prompt, day, week, month, "
+                             "run or a tag key")
+    filters = _filters(since)
+    limit = _amount(fail_above) if fail_above is not None else None
+
+    def work(con):
+        with queries.scope(con, filters):
+            return (queries.spend_by(con, filters, group), queries.currency_totals(queries.spend_cube(con, filters)),
+                    queries.unpriced_models(con, filters))
+
+    frame, totals, unpriced = _read(db, work)
+    keys = queries.key_columns(group)
+    shown = frame if top is None or group in queries.TIME_KEYS else queries.top_n(frame, keys, top)
+    _emit(_cost_table(shown, keys) if fmt == "table" else shown, fmt, f"cost by {group}")
+    if fmt == "table":
+        for row in totals.iter_rows(named=True):
+            console.print(f"total {_money(row['cost_micros'], row['currency'])} paid"
+                          + (f"; replayed calls would cost {_money(row['replayed_cost_micros'], row['currency'])}"
+                             if row["replayed_priced_calls"] else ""))
+    if not unpriced.is_empty():
+        names = ", ".join(f"{row['model']} ({row['calls']:,})" for row in unpriced.head(5).iter_rows(named=True))
+        err_console.print(f"[yellow]warning:[/] {unpriced['calls'].sum():,} calls are unpriced and not in these "
+                          f"figures: {names}. See `workbench models`; add rows to models.toml to price them.")
+    if limit is not None:
+        _alert(frame if by else totals, keys if by else ("currency",), limit, fail_above, by, since)
+
+
+def _amount(text: str):
+    """`--fail-above 50` as a Decimal of the major unit (never a float)."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        value = None
+    if value is None or not value.is_finite() or value < 0:
+        raise WorkbenchError("WB_CONFIG_INVALID", f"--fail-above {text!r} is not an amount",
+                             "give the amount in the currency's major unit: --fail-above 50 (that is $50)")
+    return value
+
+
+def _alert(frame, keys: tuple[str, ...], limit, text: str, by: str | None, since: str | None) -> None:
+    """Exit 1 (WB_SPEND_ABOVE) naming every group whose paid spend is above `limit`."""
+    from workbench.money import micros_of_decimal
+
+    crossed = []
+    for row in frame.iter_rows(named=True):
+        currency = row.get("currency") or "USD"
+        if (row["cost_micros"] or 0) > micros_of_decimal(limit, currency):
+            name = ", ".join(f"{key}={row[key]}" for key in keys if key != "currency")
+            crossed.append(f"{name or 'total'} spent {_money(row['cost_micros'], currency)}")
+    if crossed:
+        window = f" since {since}" if since else ""
+        raise WorkbenchError(
+            "WB_SPEND_ABOVE",
+            f"spend{window} is above {text} (per {by or 'report'}): " + "; ".join(crossed),
+            f"see where it went: workbench report cost{f' --by {by}' if by else ' --by model'}"
+            f"{f' --since {since}' if since else ''}; or raise --fail-above if this spend is expected",
+        )
 
 
 @report_app.command("cache")
@@ -91,7 +165,17 @@ def runs_list(
     """The latest top-level runs with their status, calls and bill."""
     from workbench.store import queries
 
-    _emit(_read(db, lambda con: queries.run_choices(con, _filters(since), limit)), fmt, "runs")
+    frame = _read(db, lambda con: queries.run_choices(con, _filters(since), limit))
+    if fmt == "table":  # the exact cost, and beside it the bill: rounded up to the cent once
+        import polars as pl
+
+        from workbench.money import format_bill
+
+        bills = [format_bill(cost) if cost is not None else ("unpriced" if unpriced else "")
+                 for cost, unpriced in zip(frame["cost_micros"], frame["unpriced_calls"])]
+        frame = frame.select("run_id", "name", "status", "started_at", "calls", "unpriced_calls", "replayed_calls",
+                             "cost_micros", pl.Series("bill", bills, dtype=pl.Utf8), "replayed_cost_micros")
+    _emit(frame, fmt, "runs")
 
 
 @runs_app.command("show")
@@ -106,10 +190,13 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="a run id (see `workben
     row = run.row(0, named=True)
     console.print(f"[bold]{row['name']}[/] ({row['kind']}) {row['status']}"
                   + (f" — {row['error_code'] or row['error_type']}: {row['error_message']}" if row["status"] == "failed" else ""))
-    console.print(f"billed {_money(row['billed_cost_micros'])} over {row['billed_calls'] or 0} calls, "
-                  f"{row['billed_unsettled'] or 0} unsettled; tags {row['tags']}")
-    _emit(calls.select("started_at", "model", "http_status", "stop_reason", "input_tokens", "cache_read_tokens",
-                       "cache_write_tokens", "output_tokens", "cost_micros", "error_type"), "table", "calls")
+    from workbench.capture.runs import Billed
+
+    billed = Billed.of_row(row)
+    console.print(f"billed: {billed if billed is not None else 'no calls'}; tags {row['tags']}")
+    _emit(calls.select("started_at", "model", "replayed", "http_status", "stop_reason", "input_tokens",
+                       "cache_read_tokens", "cache_write_tokens", "output_tokens", "currency", "cost_micros",
+                       "error_type"), "table", "calls")
     for index, call in enumerate(calls.iter_rows(named=True)):
         console.rule(f"call {index + 1}: {call['model']}")
         console.print(_transcript(call["request_json"]), markup=False)

@@ -15,7 +15,7 @@ from workbench.capture import configure, flush
 from workbench.demo.workload import SMALL_MODEL, SMALL_WINDOW, Demo
 from workbench.errors import WorkbenchError
 from workbench.models import load_registry, register_model
-from workbench.money import format_micros
+from workbench.money import format_amount
 
 
 @dataclass
@@ -116,11 +116,11 @@ def print_summary(summary: Summary, db: Path, console: Console) -> None:
     console.print(f"[bold]Workbench demo[/] — store: {db}")
     console.print(f"  calls recorded     {summary.calls:,} in {summary.runs:,} runs"
                   + (f" ({summary.unpriced_calls} unpriced)" if summary.unpriced_calls else ""))
-    console.print(f"  spend              {format_micros(summary.spend_micros)}")
+    console.print(f"  spend              {format_amount(summary.spend_micros)}")
     console.print(f"  prompt cache       {summary.cache_read_tokens:,} tokens read, "
-                  f"net savings {format_micros(summary.cache_savings_micros)}")
+                  f"net savings {format_amount(summary.cache_savings_micros)}")
     console.print(f"  compactions        {summary.compactions}")
-    console.print(f"  failed runs        {summary.failed_runs}, billed {format_micros(summary.failed_cost_micros)}")
+    console.print(f"  failed runs        {summary.failed_runs}, billed {format_amount(summary.failed_cost_micros)}")
     for name, verdict in summary.verdicts.items():
         console.print(f"  eval {name:<13} {verdict}")
     console.print("\nNext:")

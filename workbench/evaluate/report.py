@@ -11,7 +11,7 @@ from rich.table import Table
 
 from workbench.evaluate.gate import Outcome
 from workbench.evaluate.scorers import as_text
-from workbench.money import format_exact, format_micros
+from workbench.money import format_amount, format_exact
 
 
 def _rows(outcome: Outcome) -> list[dict]:
@@ -99,8 +99,8 @@ def to_markdown(outcomes: list[Outcome]) -> str:
             "",
             f"Prompt `{data['prompt']['id']}@{data['prompt']['version']}` (`{data['prompt']['hash'][:20]}…`), "
             f"mode {data['mode']}. Mean **{data['mean']:.4f}** (baseline {_fmt(data['baseline_mean'])}, "
-            f"tolerance {data['tolerance']}). Cost {format_micros(data['cost_micros'])}"
-            + (f" (judges {format_micros(data['judge_cost_micros'])})" if data["judge_cost_micros"] else "") + ".",
+            f"tolerance {data['tolerance']}). Cost {format_amount(data['cost_micros'])}"
+            + (f" (judges {format_amount(data['judge_cost_micros'])})" if data["judge_cost_micros"] else "") + ".",
             "",
         ]
         if outcome.error is not None:
@@ -148,5 +148,5 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
                           f"(not listed; every case is in --json and --junit)")
         console.print(
             f"mean {data['mean']:.4f}" + (f" vs baseline {data['baseline_mean']:.4f}" if data["baseline_mean"] is not None else "")
-            + f", cost {format_micros(data['cost_micros'])}, verdict [bold]{data['verdict']}[/]"
+            + f", cost {format_amount(data['cost_micros'])}, verdict [bold]{data['verdict']}[/]"
         )

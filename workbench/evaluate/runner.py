@@ -190,7 +190,7 @@ class _Judge:
                     reply = _runtime_answer(self.suite, judge_prompt, variables, self.network.transport(self.cassette),
                                             model=self.suite.judge)
             with self._lock:
-                self.eval_run.judge_cost_micros += judge_run.billed.cost_micros
+                self.eval_run.judge_cost_micros += judge_run.billed.full_cost_micros or 0
             return reply
 
         return contextvars.Context().run(judged)  # a fresh context: not inside the case's run
@@ -307,7 +307,7 @@ async def _run_case(
         score_context = ScoreContext(case.id, case.vars, output, case.expected, case.metadata, case_run.calls, judge)
         scores[scorer.name] = scorer(score_context) if scorer.inline else await _call(scorer, score_context)
     billed = case_run.billed
-    cost = None if billed.unpriced_calls else billed.cost_micros
+    cost = billed.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
     return CaseResult(case.id, output, scores, cost, case_run.run_id, error)
 
 

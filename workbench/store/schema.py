@@ -48,7 +48,7 @@ _RUN_COLUMNS = """
     billed_output_tokens BIGINT, billed_reasoning_tokens BIGINT,
     billed_cost_micros BIGINT,     -- exact; rounded up to the minor unit only when read
     billed_unpriced_calls INTEGER, -- answered calls no model row priced (their cost is not in the sum)
-    billed_calls INTEGER,          -- calls that answered with usage
+    billed_calls INTEGER,          -- calls that answered with usage (live ones: see 0004)
     billed_unsettled INTEGER       -- calls started that never reported usage: counted, not estimated
 """
 
@@ -138,6 +138,53 @@ MIGRATIONS: list[tuple[str, str]] = [
             kind VARCHAR,                       -- the record's kind, when it had one
             reason VARCHAR, record VARCHAR,     -- the line as spooled (redacted), capped at 64 KB
             quarantined_at TIMESTAMPTZ);
+        """,
+    ),
+    (
+        "0005_ledger_price_scale",
+        """
+        -- `scale` now counts decimal places of the major unit, as the reference runtimes do ({minor: 75,
+        -- scale: 3} is $0.075); the recorded rows counted places below the minor unit (cents)
+        UPDATE models SET spec = json_merge_patch(spec, json_object('scale',
+            coalesce(TRY_CAST(json_extract(spec, '$.scale') AS INTEGER), 0)
+            + CASE WHEN coalesce(json_extract_string(spec, '$.currency'), 'USD') IN ('JPY', 'KRW') THEN 0 ELSE 2 END))
+        WHERE json_valid(spec);
+        """,
+    ),
+    (
+        "0006_ledger_replayed_apart",
+        """
+        -- a bill counts money that was paid: replayed calls are kept apart, with what they would have cost
+        ALTER TABLE runs ADD COLUMN billed_replayed_calls INTEGER;        -- answered from a cassette
+        ALTER TABLE runs ADD COLUMN billed_replayed_cost_micros BIGINT;   -- what those would have cost, exact
+        ALTER TABLE runs ADD COLUMN billed_replayed_unpriced_calls INTEGER;
+        UPDATE runs SET billed_replayed_calls = 0, billed_replayed_cost_micros = 0, billed_replayed_unpriced_calls = 0
+        WHERE billed_calls IS NOT NULL;
+        -- bills written before counted replayed calls as paid: take them out again, from the calls recorded
+        UPDATE runs SET
+            billed_calls = runs.billed_calls - x.calls,
+            billed_input_tokens = runs.billed_input_tokens - x.input_tokens,
+            billed_cache_read_tokens = runs.billed_cache_read_tokens - x.cache_read_tokens,
+            billed_cache_write_tokens = runs.billed_cache_write_tokens - x.cache_write_tokens,
+            billed_output_tokens = runs.billed_output_tokens - x.output_tokens,
+            billed_reasoning_tokens = runs.billed_reasoning_tokens - x.reasoning_tokens,
+            billed_cost_micros = runs.billed_cost_micros - x.cost_micros,
+            billed_unpriced_calls = runs.billed_unpriced_calls - x.unpriced_calls,
+            billed_replayed_calls = x.calls, billed_replayed_cost_micros = x.cost_micros,
+            billed_replayed_unpriced_calls = x.unpriced_calls
+        FROM (
+            WITH RECURSIVE inside(run_id, bill, depth) AS (
+                SELECT run_id, run_id, 0 FROM runs
+                UNION ALL SELECT r.run_id, i.bill, i.depth + 1 FROM runs r JOIN inside i ON r.parent_run_id = i.run_id
+                WHERE i.depth < 50)
+            SELECT i.bill, count(*) AS calls, coalesce(sum(c.input_tokens), 0) AS input_tokens,
+                   coalesce(sum(c.cache_read_tokens), 0) AS cache_read_tokens,
+                   coalesce(sum(c.cache_write_tokens), 0) AS cache_write_tokens,
+                   coalesce(sum(c.output_tokens), 0) AS output_tokens,
+                   coalesce(sum(c.reasoning_tokens), 0) AS reasoning_tokens,
+                   coalesce(sum(c.cost_micros), 0) AS cost_micros, count(*) FILTER (WHERE c.cost_micros IS NULL) AS unpriced_calls
+            FROM inside i JOIN calls c ON c.run_id = i.run_id WHERE c.replayed AND c.settled GROUP BY i.bill) x
+        WHERE runs.run_id = x.bill AND runs.billed_calls IS NOT NULL;
         """,
     ),
 ]

@@ -142,13 +142,14 @@ def _fill_error(call: Call, data, status: int) -> None:
 
 
 def priced(call: Call, registry: ModelRegistry) -> Call:
-    """`call` with its cost from the registry: by the served model, else the requested one.
-    A call no row prices keeps `price_source = None` (unpriced, never zero)."""
+    """`call` with its cost: from the project's row for the served model, else the requested one,
+    else the price library's price in force when the call started (`ModelRegistry.sheet_for`).
+    A call nothing prices keeps `price_source = None` (unpriced, never zero)."""
     if not call.settled:
         return call
-    row = registry.find(call.model_served) or registry.find(call.model_requested)
-    if row is not None:
-        result = price_with(row, call.usage)
+    sheet = registry.sheet_for(call)
+    if sheet is not None:
+        result = price_with(sheet, call.usage)
         call.cost_micros, call.currency, call.price_source = result.cost_micros, result.currency, result.price_source
     return call
 

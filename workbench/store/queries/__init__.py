@@ -1,8 +1,9 @@
 """Every named query the dashboard and the CLI reports read, parameterized, returning polars frames.
 
 No SQL lives anywhere else. Each query takes an open connection and a `Filters`; money comes back as
-integer micro-minor units (sums cast to BIGINT, so nothing travels as a float) and is rounded up to
-the minor unit only when it is formatted (`workbench.money`).
+integer micro-minor units (sums cast to BIGINT, so nothing travels as a float), shown exact when it is
+formatted (`workbench.money`); only a run's bill is rounded, up to the minor unit, once. Spend is what
+live calls cost; replayed calls are counted apart (`replayed_cost_micros`: what they would have cost).
 
 How the filters apply:
 - calls: the date is the call's start (UTC days); provider, model (served, else requested), prompt
@@ -26,7 +27,8 @@ import duckdb
 import polars as pl
 
 from workbench.store.queries._base import StoreMissing, Filters, scope, store_counts, filter_options, ingest_pending, quarantined_records, read
-from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend_by_currency, currency_totals, spend_by_day, spend_by_model, model_totals, spend_by_prompt, prompt_totals, run_totals, top_run_names, top_runs, failure_totals, failed_runs, failures_by
+from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend_by_currency, currency_totals, spend_by_day, day_totals, spend_by_model, model_totals, spend_by_prompt, prompt_totals, run_totals, top_run_names, top_runs, failure_totals, failed_runs, failures_by, unknown_when_unpriced, unpriced_models
+from workbench.store.queries.ledger import BUILT_IN, OTHERS, TIME_KEYS, key_columns, spend_by, top_n
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
 from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
 from workbench.store.queries.runtime import last_checkpoint, response_cache_hits
@@ -35,13 +37,19 @@ from workbench.store.queries.runtime import last_checkpoint, response_cache_hits
 # -- pages ---------------------------------------------------------------------------------------
 
 
-def overview_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+def overview_page(con: duckdb.DuckDBPyConnection, f: Filters, by: str = "model", top: int = 10
+                  ) -> dict[str, pl.DataFrame]:
+    """The KPIs (`calls`, `currency`, `runs`), the spend chart's data (`by_day`), spend and latency by
+    model and by prompt version, and the `breakdown` by any key (`spend_by`), its top `top` rows and
+    everything else summed into one."""
     with scope(con, f):
         cube = spend_cube(con, f)
+        by_model, by_prompt = spend_by(con, f, "model"), spend_by(con, f, "prompt")
+        breakdown = {"model": by_model, "prompt": by_prompt}.get(by)
+        breakdown = spend_by(con, f, by) if breakdown is None else breakdown
         return {"calls": rollup(cube, ()), "currency": currency_totals(cube), "runs": run_totals(con, f),
-                "by_day": rollup(cube, ("day", "model", "prompt_id", "prompt_version", "currency"),
-                                 ("calls", "cost_micros", "priced_calls", "unpriced_calls")),
-                "by_model": model_totals(cube), "by_prompt": prompt_totals(cube),
+                "by_day": day_totals(cube), "by_model": by_model, "by_prompt": by_prompt,
+                "breakdown": breakdown if by in TIME_KEYS else top_n(breakdown, key_columns(by), top),
                 "top_names": top_run_names(con, f), "top_runs": top_runs(con, f)}
 
 
@@ -88,13 +96,13 @@ PAGES: dict[str, Callable[..., dict[str, pl.DataFrame]]] = {
 
 
 __all__ = [
-    "Filters", "PAGES", "StoreMissing", "cache_savings", "cache_totals", "call_totals", "compaction_events",
-    "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "eval_cases",
+    "BUILT_IN", "Filters", "OTHERS", "PAGES", "StoreMissing", "TIME_KEYS", "cache_savings", "cache_totals", "call_totals", "compaction_events",
+    "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "day_totals", "eval_cases",
     "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
-    "has_tables", "ingest_pending", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
+    "has_tables", "ingest_pending", "key_columns", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
     "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
-    "prompt_runs_for_cases", "quarantined_records", "run_tree", "scope", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
-    "store_counts", "top_run_names", "top_runs", "unstable_prefix_runs"
+    "prompt_runs_for_cases", "quarantined_records", "run_tree", "scope", "spend_by", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
+    "store_counts", "top_n", "top_run_names", "top_runs", "unknown_when_unpriced", "unpriced_models", "unstable_prefix_runs"
 ]
 
 

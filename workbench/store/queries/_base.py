@@ -17,9 +17,6 @@ import polars as pl
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# the common denominator of cache savings: prices x 20 keep the 0.1x and 1.25x defaults integral,
-# and 10**6 covers every price scale (0..6)
-_SAVINGS_DENOMINATOR = 20 * 10**6
 _MODEL = "coalesce(c.model_served, c.model_requested)"
 
 
@@ -31,7 +28,7 @@ class StoreMissing(Exception):
 class Filters:
     """What every page can be narrowed by. Empty tuples and None mean "all"."""
 
-    date_from: date | None = None
+    date_from: date | datetime | None = None  # a day (from its UTC midnight) or a moment
     date_to: date | None = None  # inclusive
     providers: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
@@ -59,8 +56,9 @@ class _Sql:
 
     def _dates(self, column: str) -> list[str]:
         out = []
-        if self.filters.date_from is not None:
-            self.params["date_from"] = datetime.combine(self.filters.date_from, time(), timezone.utc)
+        if self.filters.date_from is not None:  # a day starts at UTC midnight; a moment is itself
+            since = self.filters.date_from
+            self.params["date_from"] = since if isinstance(since, datetime) else datetime.combine(since, time(), timezone.utc)
             out.append(f"{column} >= $date_from")
         if self.filters.date_to is not None:
             self.params["date_to"] = datetime.combine(self.filters.date_to + timedelta(days=1), time(), timezone.utc)
@@ -168,7 +166,7 @@ def _q(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, A
 
 _DAY = "(DATE '1970-01-01' + (epoch_us(c.started_at) // 86400000000)::INTEGER)"  # the UTC day
 _COST = "sum(c.cost_micros)::BIGINT"
-_UNPRICED = "count(*) FILTER (WHERE c.settled AND c.cost_micros IS NULL)"
+_LIVE = "NOT coalesce(c.replayed, false)"  # a call that was sent, and paid for
 
 
 # -- the store as a whole ------------------------------------------------------------------------

@@ -4,114 +4,121 @@ from __future__ import annotations
 
 import json
 import logging
+from fractions import Fraction
 
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import Filters, _MODEL, _SAVINGS_DENOMINATOR, _frame, _q
+from workbench.models import PriceSheet
+from workbench.money import minor_digits
+from workbench.store.queries._base import Filters, _MODEL, _frame, _q
 
 log = logging.getLogger(__name__)
 
 # -- Prompt cache --------------------------------------------------------------------------------
 
 
-def _price_columns(spec: dict, prefix: str) -> dict[str, int | None]:
-    """One tier's prices x 20 (so the 0.1x read and 1.25x write defaults stay integral)."""
-    base = spec["input"] * 20
-    read = spec.get("cache_read")
-    write_5m = spec.get("cache_write_5m")
-    write_5m20 = write_5m * 20 if write_5m is not None else spec["input"] * 25
-    write_1h = spec.get("cache_write_1h")
-    return {
-        f"{prefix}in20": base,
-        f"{prefix}read20": read * 20 if read is not None else spec["input"] * 2,
-        f"{prefix}w5m20": write_5m20,
-        f"{prefix}w1h20": write_1h * 20 if write_1h is not None else write_5m20,
-    }
-
-
-def model_prices(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
-    """The price rows calls were priced by (the `models` table, as recorded), one per price_source,
-    as integer columns x 20, with the long-context tier beside the base one."""
-    rows = []
+def model_prices(con: duckdb.DuckDBPyConnection) -> dict[str, PriceSheet]:
+    """The price sheets calls were priced by (the `models` table, as recorded), by price_source."""
+    sheets = {}
     for source, spec_json in _frame(con, "SELECT price_source, spec FROM models").iter_rows():
         try:
             spec = json.loads(spec_json)
-            row = {"price_source": source, "scale": int(spec.get("scale") or 0),
-                   "currency": spec.get("currency", "USD"), **_price_columns(spec, "")}
-            long = spec.get("long_context")
-            row.update({"lc_above": long["above_input_tokens"], **_price_columns(long, "lc_")} if long else
-                       {"lc_above": None, "lc_in20": None, "lc_read20": None, "lc_w5m20": None, "lc_w1h20": None})
-            rows.append(row)
-        except (TypeError, ValueError, KeyError) as exc:
+            sheets[source] = PriceSheet.model_validate({k: v for k, v in spec.items() if k in PriceSheet.model_fields})
+        except (TypeError, ValueError) as exc:
             log.warning("unreadable model row %s: %s", source, exc)
-    schema = {"price_source": pl.Utf8, "scale": pl.Int64, "currency": pl.Utf8, "in20": pl.Int64, "read20": pl.Int64,
-              "w5m20": pl.Int64, "w1h20": pl.Int64, "lc_above": pl.Int64, "lc_in20": pl.Int64,
-              "lc_read20": pl.Int64, "lc_w5m20": pl.Int64, "lc_w1h20": pl.Int64}
-    return pl.DataFrame(rows, schema=schema)
+    return sheets
+
+
+def _savings(sheet: PriceSheet, tier_index: int, row: dict) -> tuple[Fraction, Fraction]:
+    """What cache reads saved and what cache writes cost above plain input, exactly, in micro-minor
+    units, at one tier of one sheet (prices x 20 keep the 0.1x and 1.25x defaults integral)."""
+    tier = sheet.long_context[tier_index - 1] if tier_index else sheet
+    in20 = tier.input * 20
+    read20 = tier.cache_read * 20 if tier.cache_read is not None else tier.input * 2
+    w5m20 = tier.cache_write_5m * 20 if tier.cache_write_5m is not None else tier.input * 25
+    w1h20 = tier.cache_write_1h * 20 if tier.cache_write_1h is not None else w5m20
+    unit = Fraction(10 ** minor_digits(sheet.currency), 20 * 10**sheet.scale)
+    one_hour = row["cache_write_1h_tokens"]
+    read = row["cache_read_tokens"] * (in20 - read20) * unit
+    write = ((row["cache_write_tokens"] - one_hour) * (w5m20 - in20) + one_hour * (w1h20 - in20)) * unit
+    return read, write
 
 
 def cache_savings(con: duckdb.DuckDBPyConnection, f: Filters, by: tuple[str, ...] = ()) -> pl.DataFrame:
     """Cache use and the money it saved, grouped by any of `prompt_id`, `prompt_version`, `model`,
-    `provider` (none: one row). Over settled calls:
+    `provider` (none: one row). Over the settled calls the filters select:
     - read_share = cache_read / (input + cache_read + cache_write), token-weighted;
     - hit rate = hit_calls / calls (calls that read anything from the cache);
-    - read_savings_micros = sum(cache_read x (input price - read price)),
-      write_premium_micros = sum(cache_write x (write price - input price)) (5-minute and 1-hour
-      writes each at their price), net_savings_micros = the difference; each computed exactly over
-      the common denominator, rounded toward zero to the micro-minor unit once, at the end.
-    Calls with no price row are counted in `unpriced_calls` and left out of the money."""
+    - over live calls only (money that was paid): read_savings_micros = sum(cache_read x (input price -
+      read price)), write_premium_micros = sum(cache_write x (write price - input price)) (5-minute and
+      1-hour writes each at their price), net_savings_micros = the difference; each exact, at the tier
+      each call was priced at, truncated toward zero to the micro-minor unit once per group.
+    Live calls with no price are counted in `unpriced_calls` and left out of the money; replayed calls
+    are counted in `replayed_calls` (they saved nothing: they were never paid for)."""
     allowed = {"prompt_id": "c.prompt_id", "prompt_version": "c.prompt_version", "model": _MODEL,
                "provider": "c.provider"}
-    keys = [f"{allowed[name]} AS {name}" for name in by]
-    names = "".join(f"{name}, " for name in by)
-    prices = model_prices(con)
-    # savings are linear in tokens: sum tokens per group and price row first (integer adds per call),
-    # then price the few sums. A long-context tier splits a price row by the call's total input.
-    long = prices["lc_above"].is_not_null().any()
-    tier_flag = ("(p.lc_above IS NOT NULL AND c.input_tokens + c.cache_read_tokens + c.cache_write_tokens > p.lc_above)"
-                 if long else "false")
-    join = "LEFT JOIN _wb_prices p ON p.price_source = c.price_source" if long else ""
-    con.register("_wb_prices", prices.to_arrow())
+    keys = "".join(f"{allowed[name]} AS {name}, " for name in by)
+    sheets = model_prices(con)
+    # savings are linear in tokens: sum tokens per group, price row and tier first (integer adds per
+    # call), then price those few sums in Python, exactly
+    tiered = {source: [tier.above_input_tokens for tier in sheet.long_context]
+              for source, sheet in sheets.items() if sheet.long_context}
+    if tiered:
+        con.register("_wb_tiers", pl.DataFrame({"price_source": list(tiered), "thresholds": list(tiered.values())},
+                                               schema={"price_source": pl.Utf8, "thresholds": pl.List(pl.Int64)}
+                                               ).to_arrow())
+        tier = ("coalesce(len(list_filter(p.thresholds, lambda t: c.input_tokens + c.cache_read_tokens "
+                "+ c.cache_write_tokens > t)), 0)")
+        join = "LEFT JOIN _wb_tiers p ON p.price_source = c.price_source"
+    else:
+        tier, join = "0", ""
     try:
-        def tier(column: str) -> str:
-            return f"CASE WHEN t.long_tier THEN p.lc_{column} ELSE p.{column} END"
-
-        norm = "(10::HUGEINT ** (6 - p.scale))::HUGEINT"
-        read = f"t.cache_read_tokens::HUGEINT * ({tier('in20')} - {tier('read20')}) * {norm}"
-        write = (f"((t.cache_write_tokens - t.cache_write_1h_tokens)::HUGEINT * ({tier('w5m20')} - {tier('in20')})"
-                 f" + t.cache_write_1h_tokens::HUGEINT * ({tier('w1h20')} - {tier('in20')})) * {norm}")
-        return _q(con, f, f"""
-            , per_price AS (
-                SELECT {"".join(k + ", " for k in keys)}c.price_source, {tier_flag} AS long_tier,
-                       count(*) AS calls, count(*) FILTER (WHERE c.cache_read_tokens > 0) AS hit_calls,
-                       coalesce(sum(c.input_tokens), 0)::BIGINT AS input_tokens,
-                       coalesce(sum(c.cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-                       coalesce(sum(c.cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-                       coalesce(sum(c.cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens
-                FROM fc c {join} WHERE c.settled GROUP BY ALL),
-            agg AS (
-                SELECT {names}sum(t.calls)::BIGINT AS calls, sum(t.hit_calls)::BIGINT AS hit_calls,
-                       sum(t.input_tokens)::BIGINT AS input_tokens, sum(t.cache_read_tokens)::BIGINT AS cache_read_tokens,
-                       sum(t.cache_write_tokens)::BIGINT AS cache_write_tokens,
-                       coalesce(sum(t.calls) FILTER (WHERE p.price_source IS NULL), 0)::BIGINT AS unpriced_calls,
-                       any_value(p.currency) AS currency, sum({read}) AS read_num, sum({write}) AS write_num
-                FROM per_price t LEFT JOIN _wb_prices p ON p.price_source = t.price_source
-                {'GROUP BY ALL' if by else ''})
-            SELECT * EXCLUDE (read_num, write_num),
-                   coalesce(read_num // {_SAVINGS_DENOMINATOR}, 0)::BIGINT AS read_savings_micros,
-                   coalesce(write_num // {_SAVINGS_DENOMINATOR}, 0)::BIGINT AS write_premium_micros,
-                   (coalesce(read_num // {_SAVINGS_DENOMINATOR}, 0)
-                    - coalesce(write_num // {_SAVINGS_DENOMINATOR}, 0))::BIGINT AS net_savings_micros
-            FROM agg ORDER BY net_savings_micros DESC, calls DESC""")
+        per_price = _q(con, f, f"""
+            SELECT {keys}c.price_source, {tier} AS tier, coalesce(c.replayed, false) AS replayed,
+                   count(*) AS calls, count(*) FILTER (WHERE c.cache_read_tokens > 0) AS hit_calls,
+                   coalesce(sum(c.input_tokens), 0)::BIGINT AS input_tokens,
+                   coalesce(sum(c.cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
+                   coalesce(sum(c.cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
+                   coalesce(sum(c.cache_write_1h_tokens), 0)::BIGINT AS cache_write_1h_tokens
+            FROM fc c {join} WHERE c.settled GROUP BY ALL""")
     finally:
-        con.unregister("_wb_prices")
+        if tiered:
+            con.unregister("_wb_tiers")
+    groups: dict[tuple, dict] = {}
+    for row in per_price.iter_rows(named=True):
+        group = groups.setdefault(tuple(row[name] for name in by), {
+            **{name: row[name] for name in by}, "calls": 0, "hit_calls": 0, "input_tokens": 0,
+            "cache_read_tokens": 0, "cache_write_tokens": 0, "replayed_calls": 0, "unpriced_calls": 0,
+            "currency": None, "read": Fraction(0), "write": Fraction(0)})
+        for name in ("calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens"):
+            group[name] += row[name]
+        sheet = sheets.get(row["price_source"]) if row["price_source"] else None
+        if row["replayed"]:
+            group["replayed_calls"] += row["calls"]
+        elif sheet is None:
+            group["unpriced_calls"] += row["calls"]
+        else:
+            read, write = _savings(sheet, row["tier"], row)
+            group["read"] += read
+            group["write"] += write
+            group["currency"] = group["currency"] or sheet.currency
+    rows = []
+    for group in groups.values():
+        read, write = int(group.pop("read")), int(group.pop("write"))
+        rows.append({**group, "read_savings_micros": read, "write_premium_micros": write,
+                     "net_savings_micros": read - write})
+    schema = {**{name: pl.Utf8 for name in by}, **{name: pl.Int64 for name in (
+        "calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "replayed_calls",
+        "unpriced_calls")}, "currency": pl.Utf8, "read_savings_micros": pl.Int64, "write_premium_micros": pl.Int64,
+        "net_savings_micros": pl.Int64}
+    return pl.DataFrame(rows, schema=schema).sort(["net_savings_micros", "calls"], descending=True)
 
 
 def cache_totals(groups: pl.DataFrame) -> pl.DataFrame:
     """`cache_savings` groups summed to one row (the total is the sum of the rows shown)."""
-    columns = ["calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "unpriced_calls",
-               "read_savings_micros", "write_premium_micros", "net_savings_micros"]
+    columns = ["calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "replayed_calls",
+               "unpriced_calls", "read_savings_micros", "write_premium_micros", "net_savings_micros"]
     if groups.is_empty():
         return pl.DataFrame({**{name: [0] for name in columns}, "currency": [None]},
                             schema_overrides={"currency": pl.Utf8})

@@ -8,6 +8,7 @@ import duckdb
 import polars as pl
 
 from workbench.store.queries._base import Filters, _Sql, _frame, _q
+from workbench.store.queries.spend import _RUN_MONEY, unknown_when_unpriced
 
 # -- Compaction ----------------------------------------------------------------------------------
 
@@ -105,9 +106,9 @@ def eval_cases(con: duckdb.DuckDBPyConnection, eval_run_id: str) -> pl.DataFrame
 
 def run_choices(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 300) -> pl.DataFrame:
     """The latest top-level runs, to pick one to explore."""
-    return _q(con, f, """
-        SELECT r.run_id, r.name, r.status, r.started_at, r.billed_cost_micros AS cost_micros, r.billed_calls AS calls
-        FROM fr r WHERE r.parent_run_id IS NULL ORDER BY r.started_at DESC, r.run_id LIMIT $limit""", {"limit": limit})
+    return unknown_when_unpriced(_q(con, f, f"""
+        SELECT r.run_id, r.name, r.status, r.started_at, {_RUN_MONEY}
+        FROM fr r WHERE r.parent_run_id IS NULL ORDER BY r.started_at DESC, r.run_id LIMIT $limit""", {"limit": limit}))
 
 
 _SUBTREE = """WITH RECURSIVE tree(run_id, depth) AS (

@@ -1,0 +1,135 @@
+"""Prices out of the box: every price the `genai-prices` library holds becomes an exact integer price
+sheet that charges what the library charges, to the micro-cent; the project's rows win over it; a
+newcomer's first call is priced with no price file at all."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import ROUND_CEILING, Decimal
+
+import genai_prices
+import openai
+import pytest
+from genai_prices import types as library
+
+import workbench
+from workbench import prices
+from workbench.demo.fake_provider import Reply
+from workbench.models import ModelRegistry, ModelSpec, Usage, price_with
+from workbench.wire import Call, priced
+
+VERSION = genai_prices.__version__
+MICROS_PER_USD = 10**8
+
+
+def _usages(sheet) -> list[Usage]:
+    """Usages that touch every counter, below and above each tier threshold of the sheet."""
+    small = [Usage(input_tokens=1_234, output_tokens=567),
+             Usage(input_tokens=300, cache_write_tokens=500, cache_read_tokens=200, output_tokens=100),
+             Usage(input_tokens=17, cache_read_tokens=9_999, cache_write_tokens=1_001, cache_write_1h_tokens=400,
+                   output_tokens=3, reasoning_tokens=2),
+             Usage(cache_read_tokens=1)]
+    above = [Usage(input_tokens=tier.above_input_tokens - 40, cache_read_tokens=29, cache_write_tokens=12,
+                   cache_write_1h_tokens=5, output_tokens=777) for tier in sheet.long_context]
+    at = [Usage(input_tokens=tier.above_input_tokens, output_tokens=1) for tier in sheet.long_context]
+    return small + above + at
+
+
+def _library_micros(model_price, usage: Usage) -> Decimal:
+    """What the library charges, in micro-cents: its input INCLUDES cache reads and writes."""
+    theirs = library.Usage(input_tokens=usage.total_input, cache_read_tokens=usage.cache_read_tokens,
+                           cache_write_tokens=usage.cache_write_tokens,
+                           cache_write_1h_tokens=usage.cache_write_1h_tokens, output_tokens=usage.output_tokens)
+    return model_price.calc_price(theirs)["total_price"] * MICROS_PER_USD
+
+
+def test_every_library_price_converts_exactly_and_charges_what_the_library_charges():
+    checked, skipped = 0, 0
+    for provider_id, info, model_price, start in prices.library_prices():
+        sheet = prices.sheet_of(provider_id, info, model_price, start)
+        if sheet is None:
+            skipped += 1
+            continue
+        # every integer is the library's Decimal, exactly (no float on the way)
+        assert Decimal(sheet.input).scaleb(-sheet.scale) == _base(model_price.input_mtok), (provider_id, info.id)
+        for usage in _usages(sheet):
+            exact = _library_micros(model_price, usage)
+            ours = price_with(sheet, usage).cost_micros
+            # ours is the library's exact figure, rounded up to the micro-cent only when finer
+            assert ours == exact.to_integral_value(rounding=ROUND_CEILING), (provider_id, info.id, usage, ours, exact)
+        checked += 1
+    assert checked > 2000 and skipped < checked / 5
+
+
+def _base(value) -> Decimal:
+    return value.base if isinstance(value, library.TieredPrices) else value
+
+
+def test_a_price_the_counters_cannot_express_stays_unpriced():
+    per_request = library.ModelPrice(input_mtok=Decimal("1"), output_mtok=Decimal("2"), requests_kcount=Decimal("5"))
+    info = library.ModelInfo(id="x", match=library.ClauseEquals(equals="x"), prices=per_request)
+    assert prices.sheet_of("p", info, per_request, None) is None
+    no_input = library.ModelPrice(output_mtok=Decimal("2"))
+    assert prices.sheet_of("p", info, no_input, None) is None
+
+
+def test_the_library_prices_cache_reads_writes_and_tiers_as_published():
+    sheet = prices.library_sheet("claude-sonnet-4-5-20250929", "anthropic")
+    assert sheet.price_source == f"genai-prices {VERSION}:anthropic/claude-sonnet-4-5"
+    # the measured fact of DESIGN.md: $0.004335 = 300 x $3 + 500 x $3.75 + 200 x $0.30 + 100 x $15 per million
+    usage = Usage(input_tokens=300, cache_write_tokens=500, cache_read_tokens=200, output_tokens=100)
+    assert price_with(sheet, usage).cost_micros == 433_500
+    # above 200,000 input tokens (cache included) the whole call is at the higher tier
+    assert [tier.above_input_tokens for tier in sheet.long_context] == [200_000]
+    over = Usage(input_tokens=150_000, cache_read_tokens=50_001, output_tokens=10)
+    assert price_with(sheet, over).cost_micros == 150_000 * 600 + 50_001 * 60 + 10 * 2250
+
+
+def test_the_price_in_force_on_the_calls_date():
+    dated = [(p, info, mp, start) for p, info, mp, start in prices.library_prices() if start is not None]
+    provider_id, info, model_price, start = dated[0]
+    name = info.id
+    before = datetime.combine(start, datetime.min.time(), timezone.utc).replace(year=start.year - 1)
+    after = datetime.combine(start, datetime.min.time(), timezone.utc)
+    assert info.get_prices(after) is model_price
+    sheet_after = prices.library_sheet(name, provider_id, at=after)
+    sheet_before = prices.library_sheet(name, provider_id, at=before)
+    assert sheet_after.as_of == start and sheet_after.price_source.endswith(f"@{start.isoformat()}")
+    assert sheet_before.price_source != sheet_after.price_source
+
+
+def test_a_project_row_wins_over_the_library():
+    registry = ModelRegistry()
+    call = Call(model_served="gpt-4o-mini-2024-07-18", model_requested="gpt-4o-mini", provider="openai",
+                settled=True, usage=Usage(input_tokens=1_000_000))
+    assert priced(call, registry).price_source == f"genai-prices {VERSION}:openai/gpt-4o-mini"
+    assert call.cost_micros == 15_000_000  # $0.15 per million
+    registry.register(ModelSpec(id="gpt-4o-mini", provider="openai", input=10, output=40, context_window=1,
+                                max_output=1, source="our contract", as_of="2026-01-01"))
+    assert priced(call, registry).price_source == "gpt-4o-mini@2026-01-01" and call.cost_micros == 10_000_000
+    unknown = Call(model_requested="in-house-70b", provider="openai", settled=True, usage=Usage(input_tokens=5))
+    assert priced(unknown, registry).cost_micros is None and unknown.price_source is None
+    assert priced(Call(model_requested="gpt-4o-mini", provider="openai", settled=True,
+                       usage=Usage(input_tokens=5)), ModelRegistry(library=False)).cost_micros is None
+
+
+def test_a_newcomers_first_call_is_priced_without_a_price_file(tmp_path, monkeypatch, fake_provider, fake_url):
+    monkeypatch.chdir(tmp_path)  # no models.toml here
+    monkeypatch.setattr(workbench.models.registry, "_rows", [])  # no project row at all
+    workbench.configure(db=tmp_path / "wb.duckdb")
+    fake_provider.script(Reply(text="hi", usage={"input_tokens": 1000, "cache_read_tokens": 0,
+                                                 "cache_write_tokens": 0, "output_tokens": 50}))
+    client = openai.OpenAI(base_url=fake_url + "/v1", api_key="sk-test", max_retries=0,
+                           http_client=workbench.http_client())
+    with workbench.run("first") as run:
+        client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Hello"}])
+    billed = run.billed
+    assert (billed.calls, billed.unpriced_calls) == (1, 0)
+    assert billed.cost_micros == 1000 * 15 + 50 * 60  # $0.15 and $0.60 per million, in micro-cents
+    assert run.calls[0].price_source == f"genai-prices {VERSION}:openai/gpt-4o-mini"
+
+
+@pytest.mark.parametrize("name", ["gpt-4o-mini", "claude-haiku-4-5", "gpt-4o"])
+def test_common_models_are_in_the_library(name):
+    provider = "anthropic" if name.startswith("claude") else "openai"
+    assert prices.library_sheet(name, provider) is not None
