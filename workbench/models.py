@@ -66,6 +66,8 @@ class ModelSpec(PriceTier):
     currency: str = "USD"
     scale: int = Field(default=0, ge=0, le=6)
     long_context: LongContextTier | None = None
+    # the shortest prefix the provider caches for this model (absent: its documented default)
+    cache_min_tokens: int | None = Field(default=None, ge=0)
     source: str  # where the price was read
     as_of: date  # when it was read
 

@@ -5,7 +5,9 @@ transaction as its rows — a crash between the two cannot double-count."""
 from __future__ import annotations
 
 import fcntl
+import importlib
 import json
+import logging
 import os
 from collections import defaultdict
 from contextlib import contextmanager
@@ -21,7 +23,14 @@ from workbench.store.records import TABLES
 _POLARS_TYPES = {
     "VARCHAR": pl.Utf8, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "BOOLEAN": pl.Boolean,
     "VARCHAR[]": pl.List(pl.Utf8), "TIMESTAMP WITH TIME ZONE": pl.Utf8, "DOUBLE": pl.Float64,
+    "BIGINT[]": pl.List(pl.Int64), "INTEGER[]": pl.List(pl.Int32),
 }
+log = logging.getLogger("workbench.store")
+# Derived data (cache verdicts, inferred compactions) is computed from each batch before it is
+# written, by the insight layer, which comes after the store in the import order: the store names
+# it here rather than importing it. `derive(con, frames)` returns the frames to write and the keys
+# of stored rows they supersede.
+DERIVE = "workbench.insight.ingest"
 
 
 @contextmanager
@@ -113,12 +122,26 @@ def _frames_fast(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dic
     return frames
 
 
+def _derived(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]
+             ) -> tuple[dict[str, pl.DataFrame], dict[str, list[str]]]:
+    """The batch with insight's columns and rows; as it came when insight fails (logged: the
+    records still go in, without verdicts)."""
+    try:
+        return importlib.import_module(DERIVE).derive(con, frames)
+    except Exception as exc:  # noqa: BLE001 - derived data never keeps a record out of the store
+        log.warning("workbench could not derive cache verdicts and compactions for a batch: %s", exc, exc_info=True)
+        return frames, {}
+
+
 def _commit(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
-            finished: list[Path], known_new: bool) -> int:
-    """Every frame and the files' new offsets in one transaction."""
+            finished: list[Path], known_new: bool, superseded: dict[str, list[str]] | None = None) -> int:
+    """Every frame, the stored rows they supersede and the files' new offsets in one transaction."""
     count = 0
     con.execute("BEGIN TRANSACTION")
     try:
+        for kind, keys in (superseded or {}).items():
+            table, (key, *_), _ = TABLES[kind]
+            con.execute(f"DELETE FROM {table} WHERE list_contains($keys, {key})", {"keys": keys})
         for kind in TABLES:  # table order: a run before its tags, calls before their bodies
             if kind in frames and frames[kind].height:
                 count += write_frame(con, kind, frames[kind], known_new)
@@ -234,6 +257,7 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
         return 0
     data = b"".join(chunks)
     frames: dict[str, pl.DataFrame] = {}
+    superseded: dict[str, list[str]] = {}
     if data:
         schemas = _schemas(con)
         try:
@@ -244,12 +268,13 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
                 if isinstance(record, dict) and record.get("kind") in TABLES and isinstance(record.get("row"), dict):
                     by_kind[record["kind"]].append(record["row"])
             frames = {kind: _frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()}
+        frames, superseded = _derived(con, frames)
     try:
         # records are new unless a file is read again (its offset row went with an unlink that did
         # not happen): the plain insert first, the conflict-checking one when a key was seen
-        count = _commit(con, frames, moved, finished, known_new=True)
+        count = _commit(con, frames, moved, finished, known_new=True, superseded=superseded)
     except duckdb.ConstraintException:
-        count = _commit(con, frames, moved, finished, known_new=False)
+        count = _commit(con, frames, moved, finished, known_new=False, superseded=superseded)
     for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
         path.unlink(missing_ok=True)
     return count

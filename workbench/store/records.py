@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 Kind = Literal[
-    "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result"
+    "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result", "call_prefix"
 ]
 
 # table, primary key, and whether a later record replaces an earlier one with the same key
@@ -17,9 +17,11 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "run_tag": ("run_tags", ("run_id", "key"), True),
     "span": ("spans", ("span_id",), False),
     "span_event": ("span_events", ("span_id", "seq"), False),
-    "compaction": ("compactions", ("compaction_id",), False),
+    # replaced: insight fills in what the traffic shows about a reported compaction
+    "compaction": ("compactions", ("compaction_id",), True),
     "prompt": ("prompts", ("prompt_hash",), False),
     "model": ("models", ("price_source",), True),
     "eval_run": ("eval_runs", ("eval_run_id",), True),
     "eval_result": ("eval_results", ("eval_run_id", "case_id"), True),
+    "call_prefix": ("call_prefixes", ("call_id",), False),
 }
