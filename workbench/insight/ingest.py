@@ -166,8 +166,23 @@ def _region_text(wire: str | None, model: str | None, request_json: str | None, 
         return None
     if values is None or index >= len(values):
         return None
-    value = values[index]
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return _readable(values[index])
+
+
+def _readable(value) -> str:
+    """A region as a person reads it: its text when it is text (a system block, a message), else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        if isinstance(value.get("text"), str) and set(value) <= {"type", "text"}:
+            return value["text"]
+        content = value.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list) and all(isinstance(part, dict) and isinstance(part.get("text"), str)
+                                             for part in content):
+            return "\n".join(part["text"] for part in content)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def short_diff(old: str, new: str, context: int = _DIFF_CONTEXT) -> str:
