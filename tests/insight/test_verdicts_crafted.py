@@ -64,3 +64,37 @@ def test_an_identical_prefix_within_its_life_that_read_nothing_is_unexplained(st
                                "FROM calls ORDER BY started_at")
     assert second["cache_entry_call_id"] == first["call_id"]  # the entry it should have read
     assert second["cache_miss_micros"] > 0
+
+
+def test_a_replay_gets_the_verdicts_the_live_traffic_got(store, fake_url, _fake_server, tmp_path):
+    import anthropic
+
+    clock = Clock()
+    fake = provider(clock)
+    _fake_server.provider = fake
+    path = tmp_path / "chat.json"
+
+    def session(cassette) -> None:
+        client = anthropic.Anthropic(base_url=fake_url, api_key="test-key", max_retries=0,
+                                     http_client=cassette.http_client())
+        with workbench.run("chat"):
+            ask(client, "What is replay?")
+            clock.advance(20)
+            ask(client, "What is a gate?")
+            clock.advance(400)
+            ask(client, "What is a cassette?")
+            clock.advance(5)
+            fake.evict()
+            ask(client, "What is a baseline?")
+            ask(client, "Yes or no?", system=SHORT)
+        cassette.save()
+
+    session(workbench.Cassette(path, mode="record"))
+    live = verdicts(store)
+    assert live == [("cold", None), ("hit", None), ("expired", None), ("unexplained", None), ("below_minimum", None)]
+    for _ in range(2):  # each load of the cassette is its own lineage: the second replay is not warmed by the first
+        session(workbench.Cassette(path, mode="replay"))
+    rows = store.rows("SELECT c.replayed, c.cache_verdict FROM calls c JOIN call_prefixes p USING (call_id) "
+                      "ORDER BY p.session NULLS FIRST, c.started_at")
+    assert [row["cache_verdict"] for row in rows] == [verdict for verdict, _ in live] * 3
+    assert sum(row["replayed"] for row in rows) == 10
