@@ -45,7 +45,7 @@ def _iso(micros: int | None) -> str | None:
 def _fingerprint_of(row: dict) -> Fingerprint:
     return Fingerprint(blocks=list(row["blocks"] or []), sizes=list(row["sizes"] or []), kinds=row["kinds"] or "",
                        marks=list(row["marks"] or []), explicit=bool(row["explicit"]), ttl_s=row["ttl_s"] or 300,
-                       scope=row["scope"], lead=row["lead"] or 0)
+                       scope=row["scope"], lead=row["lead"] or 0, base=row["base"] or 0)
 
 
 def _specs(con, frames) -> dict[str, ModelSpec]:
@@ -244,7 +244,7 @@ def _with_verdicts(calls: pl.DataFrame, mine: dict[str, Judged]) -> pl.DataFrame
 _PREFIX_SCHEMA = {
     "call_id": pl.Utf8, "lineage": pl.Utf8, "session": pl.Utf8, "scope": pl.Utf8, "clock_at": pl.Utf8,
     "blocks": pl.List(pl.Int64), "sizes": pl.List(pl.Int32), "kinds": pl.Utf8, "marks": pl.List(pl.Int32),
-    "lead": pl.Int32, "explicit": pl.Boolean, "ttl_s": pl.Int32, "keys": pl.List(pl.Int64), "diff": pl.Utf8,
+    "lead": pl.Int32, "base": pl.Int32, "explicit": pl.Boolean, "ttl_s": pl.Int32, "keys": pl.List(pl.Int64), "diff": pl.Utf8,
 }
 
 

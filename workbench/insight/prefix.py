@@ -46,7 +46,8 @@ class Fingerprint:
     explicit: bool = False  # the provider caches only what is marked
     ttl_s: int = DEFAULT_TTL_S  # the longest life asked for (or the provider's default)
     scope: str | None = None  # prompt_cache_key: the cache is shared only within it
-    lead: int = 0  # regions before the message list (tools, system blocks, a previous response)
+    lead: int = 0  # regions before the conversation (tools, system blocks, a previous response)
+    base: int = 0  # the region of the request's first message (system messages of a chat lead, yet are messages)
 
     def cumulative(self) -> list[int]:
         """The hash of each prefix: depth k (1-based) at index k - 1."""
@@ -67,7 +68,7 @@ class Fingerprint:
         if index < self.lead:
             return f"system block {self.kinds[:index].count(SYSTEM)}"
         role = {SYSTEM: "system", USER: "user", ASSISTANT: "assistant", OUTPUT: "tool result"}.get(kind, "other")
-        return f"message {index - self.lead} ({role})"
+        return f"message {index - self.base} ({role})"
 
 
 def _hash(data: bytes) -> int:
@@ -125,7 +126,7 @@ def _anthropic(body: dict, build: _Builder) -> None:
     elif isinstance(system, list):
         for block in system:
             build.add(SYSTEM, block)
-    build.print.lead = len(build.print.blocks)
+    build.print.lead = build.print.base = len(build.print.blocks)
     for message in body.get("messages") or []:
         build.add(_message_kind(message), message)
     top = body.get("cache_control")
@@ -150,9 +151,12 @@ def _openai_chat(body: dict, build: _Builder, model: str | None) -> None:
     tools = body.get("tools") or body.get("functions")
     if tools:
         build.add(TOOLS, tools)
-    build.print.lead = len(build.print.blocks)
+    build.print.lead = build.print.base = len(build.print.blocks)
     for message in body.get("messages") or []:
         build.add(_message_kind(message), message)
+    # leading system messages are the chat's system blocks
+    while build.print.lead < len(build.print.kinds) and build.print.kinds[build.print.lead] == SYSTEM:
+        build.print.lead += 1
     # a Claude model behind the chat wire (OpenRouter) caches only what is marked
     build.print.explicit = "claude" in (model or "").lower()
 
@@ -164,7 +168,7 @@ def _openai_responses(body: dict, build: _Builder) -> None:
         build.add(SYSTEM, body["instructions"])
     if body.get("previous_response_id"):
         build.add(PREVIOUS, body["previous_response_id"])
-    build.print.lead = len(build.print.blocks)
+    build.print.lead = build.print.base = len(build.print.blocks)
     items = body.get("input")
     if isinstance(items, str):
         build.add(USER, items)
@@ -223,7 +227,7 @@ def row(call_id: str, found: Fingerprint, clock_at: str | None, session: str | N
     """The `call_prefix` record of a call (its lineage, keys and diff are filled in at ingest)."""
     return {"call_id": call_id, "session": session, "scope": found.scope, "clock_at": clock_at,
             "blocks": found.blocks, "sizes": found.sizes, "kinds": found.kinds, "marks": found.marks,
-            "lead": found.lead, "explicit": found.explicit, "ttl_s": found.ttl_s, "lineage": None, "keys": None,
+            "lead": found.lead, "base": found.base, "explicit": found.explicit, "ttl_s": found.ttl_s, "lineage": None, "keys": None,
             "diff": None}
 
 

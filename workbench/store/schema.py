@@ -124,7 +124,9 @@ MIGRATIONS: list[tuple[str, str]] = [
             session VARCHAR,           -- a replay: the cassette session it was replayed in
             scope VARCHAR,             -- prompt_cache_key, when sent
             clock_at TIMESTAMPTZ,      -- the provider's clock (its Date header, recorded ones on replay), else the start
-            blocks BIGINT[], sizes INTEGER[], kinds VARCHAR, marks INTEGER[], lead INTEGER,
+            blocks BIGINT[], sizes INTEGER[], kinds VARCHAR, marks INTEGER[],
+            lead INTEGER,              -- regions before the conversation: tools, system blocks
+            base INTEGER,              -- the region of the request's first message
             explicit BOOLEAN,          -- the provider caches only what is marked
             ttl_s INTEGER,             -- the life a cache entry of this call gets
             keys BIGINT[],             -- prefix hashes of the entries this call left: found again later, they expired

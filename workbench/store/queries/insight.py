@@ -20,7 +20,7 @@ def lineage_history(con: duckdb.DuckDBPyConnection, lineages: list[str], since: 
         SELECT p.call_id, p.lineage, epoch_us(p.clock_at) AS clock, epoch_us(c.started_at) AS started, c.run_id,
                coalesce(c.settled, false) AS settled, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
                c.cache_write_1h_tokens, c.output_tokens, c.cost_micros, c.price_source,
-               coalesce(c.model_requested, c.model_served) AS model, p.blocks, p.sizes, p.kinds, p.marks, p.lead,
+               coalesce(c.model_requested, c.model_served) AS model, p.blocks, p.sizes, p.kinds, p.marks, p.lead, p.base,
                p.explicit, p.ttl_s, p.scope
         FROM call_prefixes p JOIN calls c USING (call_id)
         WHERE list_contains($lineages, p.lineage) AND p.clock_at >= $since""",
