@@ -84,8 +84,9 @@ def _filters(since: str | None):
         raise WorkbenchError("WB_CONFIG_INVALID", f"--since {since!r} is not a date", "use --since 2026-01-31") from None
 
 
-def _emit(frame, fmt: str, title: str) -> None:
-    """A frame as a table (money in currency), CSV or JSON (money as exact integer micros)."""
+def _emit(frame, fmt: str, title: str, exact: bool = False) -> None:
+    """A frame as a table (money in currency: a total rounded up once, or `exact` for analysis),
+    CSV or JSON (money as exact integer micros)."""
     if fmt == "csv":
         print(frame.write_csv(), end="")
         return
@@ -101,7 +102,8 @@ def _emit(frame, fmt: str, title: str) -> None:
         table.add_column(name.removesuffix("_micros"), justify="left" if frame[name].dtype == pl.Utf8 else "right")
     for row in frame.iter_rows(named=True):
         table.add_row(*[
-            _money(value) if name.endswith("_micros") and value is not None else ("" if value is None else str(value))
+            _money(value, exact=exact) if name.endswith("_micros") and value is not None
+            else ("" if value is None else str(value))
             for name, value in row.items()
         ])
     console.print(table if frame.height else f"{title}: nothing recorded")
