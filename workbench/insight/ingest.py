@@ -8,7 +8,6 @@ entries left are looked up once for the calls that no loaded entry explains (`ex
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -24,7 +23,7 @@ from workbench.models import ModelSpec
 from workbench.store.queries import insight as q
 
 _WINDOW_US = 3600 * 1_000_000
-_ALIKE = 0.5  # a changed lead region across conversations counts when its text is this alike
+_ALIKE = 0.9  # a changed lead region across conversations counts when this much of its text is unchanged
 _DIFF_CONTEXT = 40
 _CALL_COLUMNS = ("cache_verdict", "cache_region", "cache_miss_micros", "cache_entry_call_id", "cache_write_micros",
                  "cache_expires_at")
@@ -185,14 +184,26 @@ def _readable(value) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def short_diff(old: str, new: str, context: int = _DIFF_CONTEXT) -> str:
-    """The bytes that changed between two texts, with a little context: `…ctx[-old-]{+new+}ctx…`."""
+def _common_ends(old: str, new: str) -> tuple[int, int]:
+    """How many characters the two texts share at the start, and then at the end."""
     start = 0
     while start < min(len(old), len(new)) and old[start] == new[start]:
         start += 1
     end = 0
     while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
         end += 1
+    return start, end
+
+
+def _unchanged_share(old: str, new: str) -> float:
+    """The share of the longer text left as it was around one edit in place (a timestamp, an id)."""
+    start, end = _common_ends(old, new)
+    return (start + end) / max(len(old), len(new), 1)
+
+
+def short_diff(old: str, new: str, context: int = _DIFF_CONTEXT) -> str:
+    """The bytes that changed between two texts, with a little context: `…ctx[-old-]{+new+}ctx…`."""
+    start, end = _common_ends(old, new)
     before = old[max(0, start - context):start]
     after = old[len(old) - end:len(old) - end + context]
     removed, added = old[start:len(old) - end], new[start:len(new) - end]
@@ -216,7 +227,7 @@ def _explain_changes(con, mine: dict[str, Judged], batch: dict[str, dict], bodie
         new = _region_text(*texts.get(call.call_id, (None, None, None)), call.region)
         old = _region_text(*texts.get(call.compared.call_id, (None, None, None)), call.region)
         if old is not None and new is not None:
-            alike = difflib.SequenceMatcher(None, old, new, autojunk=False).quick_ratio() >= _ALIKE
+            alike = _unchanged_share(old, new) >= _ALIKE
         else:  # a body cut at the size cap: alike when the sizes are
             mine_size, theirs = call.fp.sizes[call.region], call.compared.fp.sizes[call.region]
             alike = abs(mine_size - theirs) <= 0.05 * max(mine_size, theirs)
