@@ -13,7 +13,8 @@ from test_demo import demo
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     db = tmp_path_factory.mktemp("demo-insight") / "wb.duckdb"
-    assert demo(db).returncode == 0
+    result = demo(db)
+    assert result.returncode == 0, result.stderr
     con = duckdb.connect(str(db), read_only=True)
     yield con
     con.close()

@@ -100,6 +100,9 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     frames = dict(frames)
     frames["call"] = _with_verdicts(calls, mine)
     frames["call_prefix"] = _prefix_frame(batch, mine, diffs)
+    reads = _reads(con, mine)
+    if reads is not None:
+        frames["cache_read"] = reads
     superseded = _compactions(con, frames, judged, bodies, since)
     return frames, superseded
 
@@ -250,6 +253,22 @@ def _with_verdicts(calls: pl.DataFrame, mine: dict[str, Judged]) -> pl.DataFrame
     order = calls.columns
     return calls.drop([name for name in _CALL_COLUMNS if name in order]).join(
         results, on="call_id", how="left", maintain_order="left").select(order)
+
+
+def _reads(con, mine: dict[str, Judged]) -> pl.DataFrame | None:
+    """The writes this batch's hits read, that no earlier batch had read: each once, first read first."""
+    first: dict[str, Judged] = {}
+    for call in sorted(mine.values(), key=lambda c: (c.clock, c.started)):
+        if call.verdict == "hit" and call.entry_call is not None:
+            first.setdefault(call.entry_call, call)
+    if first:
+        for (known,) in q.known_reads(con, sorted(first)).rows():
+            first.pop(known, None)
+    if not first:
+        return None
+    return pl.DataFrame([{"call_id": writer, "first_read_at": _iso(call.clock), "read_by": call.call_id}
+                         for writer, call in first.items()],
+                        schema={"call_id": pl.Utf8, "first_read_at": pl.Utf8, "read_by": pl.Utf8})
 
 
 _PREFIX_SCHEMA = {

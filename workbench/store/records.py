@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Literal
 
 Kind = Literal[
-    "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result", "call_prefix"
+    "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result", "call_prefix",
+    "cache_read",
 ]
 
 # table, primary key, and whether a later record replaces an earlier one with the same key
@@ -24,4 +25,5 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "eval_run": ("eval_runs", ("eval_run_id",), True),
     "eval_result": ("eval_results", ("eval_run_id", "case_id"), True),
     "call_prefix": ("call_prefixes", ("call_id",), False),
+    "cache_read": ("cache_reads", ("call_id",), False),
 }

@@ -131,6 +131,8 @@ MIGRATIONS: list[tuple[str, str]] = [
             ttl_s INTEGER,             -- the life a cache entry of this call gets
             keys BIGINT[],             -- prefix hashes of the entries this call left: found again later, they expired
             diff VARCHAR);             -- prefix_changed: a short diff of the region that changed
+        -- the cache writes a later call read (a write never read before its end of life was wasted)
+        CREATE TABLE cache_reads (call_id VARCHAR PRIMARY KEY, first_read_at TIMESTAMPTZ, read_by VARCHAR);
         ALTER TABLE compactions ADD COLUMN source VARCHAR;     -- reported (an agent.compact event) or inferred
         ALTER TABLE compactions ADD COLUMN detected BOOLEAN;   -- the traffic shows it (always, for an inferred one)
         ALTER TABLE compactions ADD COLUMN before_call_id VARCHAR;  -- the last call before the history shrank

@@ -73,39 +73,50 @@ def miss_reasons(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
     (paid minus what a hit on the same prefix would have paid; exact, per currency). Calls no verdict
     was given (recorded before insight, or on a wire with no prompt cache) are `not_judged`."""
     return _q(con, f, """
-        SELECT coalesce(c.cache_verdict, 'not_judged') AS verdict, c.currency, count(*) AS calls,
-               coalesce(sum(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens), 0)::BIGINT AS input_tokens,
-               coalesce(sum(c.cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-               coalesce(sum(c.cache_miss_micros), 0)::BIGINT AS lost_micros,
-               count(*) FILTER (WHERE c.cache_verdict NOT IN ('hit') AND c.cache_miss_micros IS NULL) AS unpriced_calls
-        FROM fc c WHERE c.settled GROUP BY ALL ORDER BY lost_micros DESC, calls DESC""")
+        , by_verdict AS (
+            SELECT c.cache_verdict, c.currency, count(*) AS calls,
+                   sum(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens)::BIGINT AS input_tokens,
+                   sum(c.cache_read_tokens)::BIGINT AS cache_read_tokens, sum(c.cache_miss_micros)::BIGINT AS lost_micros,
+                   count(*) - count(c.cache_miss_micros) AS unpriced_calls
+            FROM fc c WHERE c.settled GROUP BY ALL)
+        SELECT coalesce(cache_verdict, 'not_judged') AS verdict, currency, calls, input_tokens, cache_read_tokens,
+               coalesce(lost_micros, 0)::BIGINT AS lost_micros,
+               CASE WHEN cache_verdict = 'hit' OR cache_verdict IS NULL THEN 0 ELSE unpriced_calls END AS unpriced_calls
+        FROM by_verdict ORDER BY lost_micros DESC, calls DESC""")
 
 
 def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
     """The prompts whose prefix keeps changing: prefix_changed calls by prompt (or model, without a
-    declared prompt) and the region that changed, with the money those misses lost and one diff."""
+    declared prompt) and the region that changed, with the money those misses lost and one diff
+    (looked up for the few groups shown, not joined over every call)."""
     return _q(con, f, f"""
-        SELECT coalesce(c.prompt_id, '(no prompt)') AS prompt_id, c.prompt_version, {_MODEL} AS model,
-               c.cache_region AS region, count(*) AS calls, coalesce(sum(c.cache_miss_micros), 0)::BIGINT AS lost_micros,
-               any_value(c.currency) AS currency, any_value(p.diff) FILTER (WHERE p.diff IS NOT NULL) AS example_diff
-        FROM fc c LEFT JOIN call_prefixes p USING (call_id)
-        WHERE c.cache_verdict = 'prefix_changed' GROUP BY ALL
-        ORDER BY lost_micros DESC, calls DESC LIMIT $limit""", {"limit": limit})
+        , groups AS (
+            SELECT coalesce(c.prompt_id, '(no prompt)') AS prompt_id, c.prompt_version, {_MODEL} AS model,
+                   c.cache_region AS region, count(*) AS calls, coalesce(sum(c.cache_miss_micros), 0)::BIGINT AS lost_micros,
+                   any_value(c.currency) AS currency, max(c.call_id) AS example_call_id
+            FROM fc c WHERE c.cache_verdict = 'prefix_changed' GROUP BY ALL
+            ORDER BY lost_micros DESC, calls DESC LIMIT $limit)
+        SELECT g.* EXCLUDE (example_call_id), p.diff AS example_diff
+        FROM groups g LEFT JOIN call_prefixes p ON p.call_id = g.example_call_id
+        ORDER BY g.lost_micros DESC, g.calls DESC""", {"limit": limit})
 
 
 def write_waste(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
     """Cache writes by fate: `read` (a later hit read it), `wasted` (its life ended unread), `alive`
     (unread, still in its life). Tokens and what the writes cost, per currency."""
     return _q(con, f, """
-        , reads AS (SELECT DISTINCT cache_entry_call_id AS call_id FROM calls
-                    WHERE cache_verdict = 'hit' AND cache_entry_call_id IS NOT NULL)
         SELECT CASE WHEN r.call_id IS NOT NULL THEN 'read'
                     WHEN c.cache_expires_at < now() THEN 'wasted' ELSE 'alive' END AS fate,
                c.currency, count(*) AS writes, sum(c.cache_write_tokens)::BIGINT AS write_tokens,
                coalesce(sum(c.cache_write_micros), 0)::BIGINT AS write_micros
-        FROM fc c LEFT JOIN reads r USING (call_id)
+        FROM fc c LEFT JOIN cache_reads r USING (call_id)
         WHERE c.settled AND c.cache_write_tokens > 0 AND c.cache_verdict IS NOT NULL
         GROUP BY ALL ORDER BY fate, currency""")
+
+
+def known_reads(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataFrame:
+    """Which of these cache writes are already known to have been read."""
+    return _frame(con, "SELECT call_id FROM cache_reads WHERE list_contains($ids, call_id)", {"ids": call_ids})
 
 
 def call_verdicts(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataFrame:
