@@ -35,6 +35,7 @@ def test_langchain_summarization_middleware_is_an_inferred_compaction(store, fak
         for question in ("What is replay?", "What is a gate?", "What is a cassette?", "What is a baseline?",
                          "What is a span?"):
             agent.invoke({"messages": [{"role": "user", "content": question + CONTEXT}]}, config)
+    workbench.flush()
 
     rows = store.rows("SELECT * FROM compactions")
     assert len(rows) == 1, rows
@@ -81,6 +82,7 @@ def test_the_runtimes_reported_compactions_are_matched_never_counted_twice(store
 
     gateway = Gateway([AnthropicProvider(fake_url, "test-key", ["wbt-*"])], default_model="wbt-claude-small")
     result = Agent(gateway, TASK, [fetch], max_turns=PAGES + 2, max_tokens=300, name="handbook-reader").run()
+    workbench.flush()
     reported = [info for info in result.compactions if info.outcome == "ok"]
     assert reported  # the runtime compacted (and reported it)
 

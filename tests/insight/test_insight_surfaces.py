@@ -36,7 +36,7 @@ def traffic(store, fake_url, _fake_server):
         clock.advance(5)
         fake.evict()
         ask(client, "What is a baseline?")
-    store.rows("SELECT 1")  # flush
+    workbench.flush()
     return store, run.run_id
 
 

@@ -26,6 +26,7 @@ def replay(path: Path) -> None:
 
 
 def verdicts(store) -> list[tuple]:
+    workbench.flush()  # the spool thread may still hold calls it has not written
     return [(row["cache_verdict"], row["cache_read_tokens"]) for row in store.rows(
         "SELECT cache_verdict, cache_read_tokens FROM calls ORDER BY started_at")]
 
@@ -48,6 +49,7 @@ def test_anthropic_explicit_marks_write_then_read(store):
     for name in ("test_anthropic_prompt_caching_legacy", "test_anthropic_prompt_caching_stream_legacy"):
         replay(CORPUS / "traceloop__openllmetry" / (
             f"packages__opentelemetry-instrumentation-anthropic__tests__cassettes__test_prompt_caching__{name}.yaml"))
+    workbench.flush()
     rows = store.rows("SELECT c.cache_verdict, c.cache_entry_call_id, c.call_id, c.cache_write_tokens "
                       "FROM calls c JOIN call_prefixes p USING (call_id) ORDER BY p.clock_at")
     assert [row["cache_verdict"] for row in rows] == ["cold", "hit", "cold", "hit"]

@@ -8,6 +8,7 @@ from insight_traffic import DOCS, SHORT, Clock, ask, claude, provider
 
 
 def verdicts(store) -> list[tuple]:
+    workbench.flush()  # the spool thread may still hold calls it has not written
     return [(row["cache_verdict"], row["cache_region"]) for row in store.rows(
         "SELECT cache_verdict, cache_region FROM calls ORDER BY started_at")]
 
@@ -94,6 +95,7 @@ def test_a_replay_gets_the_verdicts_the_live_traffic_got(store, fake_url, _fake_
     assert live == [("cold", None), ("hit", None), ("expired", None), ("unexplained", None), ("below_minimum", None)]
     for _ in range(2):  # each load of the cassette is its own lineage: the second replay is not warmed by the first
         session(workbench.Cassette(path, mode="replay"))
+    workbench.flush()
     rows = store.rows("SELECT c.replayed, c.cache_verdict FROM calls c JOIN call_prefixes p USING (call_id) "
                       "ORDER BY p.session NULLS FIRST, c.started_at")
     assert [row["cache_verdict"] for row in rows] == [verdict for verdict, _ in live] * 3

@@ -2,9 +2,10 @@
 it is written (`workbench.store.ingest` calls `derive`). Reads go through the named queries of
 `workbench.store.queries.insight`; what it returns is frames, never SQL.
 
-The batch's calls are judged on their lineages' timelines: the calls stored from an hour (a day,
-for 24-hour retention) before the batch's first call on, plus the batch itself. Prefixes that old
-entries left are looked up once for the calls that no loaded entry explains (`expired`)."""
+The batch's calls are judged on their lineages' timelines: the calls stored from the longest cache
+life the batch asks for (5 minutes, an hour, a day) before its first call on, plus the batch itself.
+Prefixes that older entries left are looked up once for the calls no loaded entry explains
+(`expired`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from workbench.insight.verdicts import CHANGED, COLD, Judged, Lineage, minimum_t
 from workbench.models import ModelSpec
 from workbench.store.queries import insight as q
 
-_WINDOW_US = 3600 * 1_000_000
 _ALIKE = 0.9  # a changed lead region across conversations counts when this much of its text is unchanged
 _DIFF_CONTEXT = 40
 _CALL_COLUMNS = ("cache_verdict", "cache_region", "cache_miss_micros", "cache_entry_call_id", "cache_write_micros",
@@ -82,7 +82,7 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     if not batch:
         return frames, {}
     first = min(row["clock"] for row in batch.values())
-    window = max(_WINDOW_US, max(row["ttl_s"] or 0 for row in batch.values()) * 1_000_000)
+    window = max(row["ttl_s"] or 0 for row in batch.values()) * 1_000_000
     since = datetime.fromtimestamp((first - window) / 1_000_000, tz=timezone.utc)
     lineages = sorted({row["lineage"] for row in batch.values()})
     history = [row for row in q.lineage_history(con, lineages, since).iter_rows(named=True) if row["call_id"] not in batch]
@@ -99,7 +99,7 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     diffs = _explain_changes(con, mine, batch, bodies)
     frames = dict(frames)
     frames["call"] = _with_verdicts(calls, mine)
-    frames["call_prefix"] = _prefix_frame(batch, mine, diffs)
+    frames["call_prefix"] = _prefix_frame(frames.get("call_prefix"), batch, mine, diffs)
     reads = _reads(con, mine)
     if reads is not None:
         frames["cache_read"] = reads
@@ -274,18 +274,29 @@ def _reads(con, mine: dict[str, Judged]) -> pl.DataFrame | None:
 _PREFIX_SCHEMA = {
     "call_id": pl.Utf8, "lineage": pl.Utf8, "session": pl.Utf8, "scope": pl.Utf8, "clock_at": pl.Utf8,
     "blocks": pl.List(pl.Int64), "sizes": pl.List(pl.Int32), "kinds": pl.Utf8, "marks": pl.List(pl.Int32),
-    "lead": pl.Int32, "base": pl.Int32, "explicit": pl.Boolean, "ttl_s": pl.Int32, "keys": pl.List(pl.Int64), "diff": pl.Utf8,
+    "lead": pl.Int32, "base": pl.Int32, "explicit": pl.Boolean, "ttl_s": pl.Int32, "keys": pl.List(pl.Int64),
+    "diff": pl.Utf8,
 }
 
 
-def _prefix_frame(batch: dict[str, dict], mine: dict[str, Judged], diffs: dict[str, str]) -> pl.DataFrame:
-    rows = []
-    for call_id, row in batch.items():
-        judged = mine.get(call_id)
-        rows.append({**{key: row.get(key) for key in _PREFIX_SCHEMA},
-                     "clock_at": row.get("clock_at") or row["started_at"],
-                     "keys": judged.keys if judged is not None else None, "diff": diffs.get(call_id)})
-    return pl.DataFrame(rows, schema=_PREFIX_SCHEMA)
+def _prefix_frame(captured: pl.DataFrame | None, batch: dict[str, dict], mine: dict[str, Judged],
+                  diffs: dict[str, str]) -> pl.DataFrame:
+    """The prefix records as captured (a frame already) plus those built from bodies, with what
+    ingestion adds: the lineage, the entry keys, the diff."""
+    known = set(captured["call_id"]) if captured is not None else set()
+    built = [{key: row.get(key) for key in _PREFIX_SCHEMA} | {"clock_at": row["started_at"]}
+             for call_id, row in batch.items() if call_id not in known]
+    frames = [pl.DataFrame(built, schema=_PREFIX_SCHEMA)] if built else []
+    if captured is not None:
+        frames.insert(0, captured.select(list(_PREFIX_SCHEMA)).cast(_PREFIX_SCHEMA))
+    frame = pl.concat(frames) if len(frames) > 1 else frames[0]
+    ids = frame["call_id"].to_list()
+    added = pl.DataFrame({
+        "lineage": [batch[i]["lineage"] if i in batch else None for i in ids],
+        "keys": [mine[i].keys if i in mine else None for i in ids],
+        "diff": [diffs.get(i) for i in ids],
+    }, schema={"lineage": pl.Utf8, "keys": pl.List(pl.Int64), "diff": pl.Utf8})
+    return frame.with_columns(added)
 
 
 _COMPACTION_SCHEMA = {

@@ -35,6 +35,7 @@ TOOLS, SYSTEM, USER, ASSISTANT, OUTPUT, PREVIOUS, OTHER = "t", "s", "u", "a", "o
 _ROLES = {"system": SYSTEM, "developer": SYSTEM, "user": USER, "assistant": ASSISTANT, "model": ASSISTANT,
           "tool": OUTPUT, "function": OUTPUT}
 DEFAULT_TTL_S = 300
+_SEED, _MIX, _MASK, _HALF, _SIGN = 0x2545F4914F6CDD1D, 0x9E3779B97F4A7C15, 2**64 - 1, 2**63, 2**64
 
 
 @dataclass(slots=True)
@@ -50,11 +51,13 @@ class Fingerprint:
     base: int = 0  # the region of the request's first message (system messages of a chat lead, yet are messages)
 
     def cumulative(self) -> list[int]:
-        """The hash of each prefix: depth k (1-based) at index k - 1."""
-        out, running = [], 0
+        """The hash of each prefix: depth k (1-based) at index k - 1 (each region's hash mixed into
+        the running one: integer arithmetic, a few hundred nanoseconds a region)."""
+        out, running = [], _SEED
         for block in self.blocks:
-            running = _hash(running.to_bytes(8, "little", signed=True) + block.to_bytes(8, "little", signed=True))
-            out.append(running)
+            running = ((running ^ block) * _MIX) & _MASK
+            running ^= running >> 29
+            out.append(running - _SIGN if running >= _HALF else running)
         return out
 
     def label(self, index: int) -> str:
