@@ -31,7 +31,7 @@ def test_langchain_summarization_middleware_is_an_inferred_compaction(store, fak
                          middleware=[SummarizationMiddleware(model=model, trigger=("messages", 6), keep=("messages", 2))],
                          checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t1"}}
-    with workbench.run("langchain-chat"):
+    with workbench.run("langchain-chat") as chat:
         for question in ("What is replay?", "What is a gate?", "What is a cassette?", "What is a baseline?",
                          "What is a span?"):
             agent.invoke({"messages": [{"role": "user", "content": question + CONTEXT}]}, config)
@@ -48,6 +48,20 @@ def test_langchain_summarization_middleware_is_an_inferred_compaction(store, fak
                                "FROM calls WHERE call_id = ?", [event[key]]) for key in ("before_call_id", "after_call_id"))
     assert event["tokens_before"] == before["total"] > event["tokens_after"] == after["total"]
     assert before["started_at"] < after["started_at"]
+
+    # the app reports the same compaction later (another process's spool, a later batch): the
+    # reported row takes the inferred one's place, with what the traffic showed
+    from workbench.capture.recorder import recorder
+
+    recorder().spool.append("compaction", {
+        "compaction_id": "reported-1", "run_id": chat.run_id, "occurred_at": after["started_at"].isoformat(),
+        "outcome": "ok", "tokens_before": 9000, "tokens_after": 2000, "model": "gpt-4o-mini", "cost_micros": 5})
+    workbench.flush()
+    rows = store.rows("SELECT * FROM compactions")
+    assert [(row["compaction_id"], row["source"], row["detected"], row["tokens_before"]) for row in rows] == [
+        ("reported-1", "reported", True, 9000)]
+    assert (rows[0]["before_call_id"], rows[0]["after_call_id"], rows[0]["summary_call_id"]) == (
+        event["before_call_id"], event["after_call_id"], event["summary_call_id"])
 
 
 TASK = "Read the handbook page by page, then answer: what is the refund window?"
@@ -69,7 +83,7 @@ def handbook_reader(request: FakeRequest) -> Reply | None:
     return Reply(tool_calls=[("fetch", {"page": page})])
 
 
-def test_the_runtimes_reported_compactions_are_matched_never_counted_twice(store, fake_url, _fake_server):
+def test_the_runtimes_reported_compactions_are_matched_never_counted_twice(store, fake_url, _fake_server, monkeypatch):
     from workbench.runtime import Agent, AnthropicProvider, Gateway
 
     workbench.register_model(id="wbt-claude-small", provider="anthropic", input=100, output=500, cache_read=10,
@@ -98,3 +112,15 @@ def test_the_runtimes_reported_compactions_are_matched_never_counted_twice(store
                           [row["after_call_id"]])
         assert row["recache_write_tokens"] == after["cache_write_tokens"]
         assert row["recache_cost_micros"] == after["cache_write_micros"]
+
+    # the pages: the Compaction page counts them once, as reported and seen in the traffic; the Run
+    # explorer lists the agent's turns
+    from test_insight_surfaces import page
+
+    at = page(store.path, monkeypatch, "compaction.py")
+    sources = next(df.value for df in at.dataframe if "seen_in_traffic" in df.value.columns)
+    assert list(sources["source"]) == ["reported"] and list(sources["compactions"]) == [len(reported)]
+    assert list(sources["seen_in_traffic"]) == [len(reported)]
+    at = page(store.path, monkeypatch, "run_explorer.py", run_id=result.run_id)
+    turns = next(df.value for df in at.dataframe if "turn" in df.value.columns and "tool_names" in df.value.columns)
+    assert list(turns["turn"]) == list(range(1, result.turns + 1))

@@ -10,7 +10,8 @@ a compaction when the history shrank and something took the place of the earlier
   between A and B: that call produced the summary (its cost is the summary's cost).
 
 A is the latest earlier call of the run with the same lead that shares a message with B (or, when
-B kept none, the latest with more messages). A compaction the agent reported (`agent.compact`) in
+B kept none, the latest with more messages), among the last 64 with that lead; calls made outside
+any run are one group per lineage. A compaction the agent reported (`agent.compact`) in
 the same run between A and B is the same event: the traffic fills in its calls, never a second row.
 The cache writes B paid are what the new prefix cost to cache again.
 """
@@ -25,6 +26,7 @@ from workbench.insight.verdicts import Judged
 # how far a reported event may sit outside the A..B window on the application's clock
 _SLACK_US = 2_000_000
 _SUMMARY_PROBE = 120  # characters of a candidate summary looked for in the next request
+_LOOKBACK = 64  # earlier calls with the same lead looked at for A (calls outside runs share a group)
 
 
 @dataclass(slots=True)
@@ -67,9 +69,13 @@ def _predecessor(earlier: list[Judged], after: Judged) -> Judged | None:
     lead = after.fp.blocks[:after.fp.lead]
     mine = set(_messages(after))
     fallback = None
+    looked = 0
     for call in reversed(earlier):
         if call.fp.blocks[:call.fp.lead] != lead or call.fp.lead != after.fp.lead:
             continue
+        looked += 1
+        if looked > _LOOKBACK:
+            break
         if mine & set(_messages(call)):
             return call
         if fallback is None and len(_messages(call)) > len(mine):

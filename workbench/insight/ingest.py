@@ -64,8 +64,9 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     """The batch's frames with the verdict columns filled, its prefixes' lineages, keys and diffs,
     and inferred compactions; and the stored rows they supersede (by kind)."""
     calls = frames.get("call")
-    if calls is None or calls.is_empty():
-        return frames, {}
+    if calls is None or calls.is_empty():  # compactions an app reported apart from its traffic
+        frames = dict(frames)
+        return frames, _compactions(con, frames, {}, {}, None) if "compaction" in frames else {}
     specs = _specs(con, frames)
     bodies = {row["call_id"]: row for row in frames["call_body"].select("call_id", "request_json", "output_text")
               .iter_rows(named=True)} if "call_body" in frames else {}
@@ -80,7 +81,8 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
         batch[call["call_id"]] = {**call, **prefix, "model": model, "clock": _us(prefix["clock_at"]) or _us(call["started_at"]),
                                   "started": _us(call["started_at"]) or 0}
     if not batch:
-        return frames, {}
+        frames = dict(frames)
+        return frames, _compactions(con, frames, {}, bodies, None) if "compaction" in frames else {}
     first = min(row["clock"] for row in batch.values())
     window = max(row["ttl_s"] or 0 for row in batch.values()) * 1_000_000
     since = datetime.fromtimestamp((first - window) / 1_000_000, tz=timezone.utc)
@@ -310,26 +312,27 @@ _SEARCH_US = 600 * 1_000_000  # a stored inferred compaction whose first call is
 
 
 def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Judged]], bodies: dict[str, dict],
-                 since: datetime) -> dict[str, list[str]]:
+                 since: datetime | None) -> dict[str, list[str]]:
     """Infer the batch's compactions; fold each into the compaction its agent reported, if any, in
     this batch or stored, and fold stored inferred ones into the reported ones this batch brings."""
     reported = [{**row, "source": row.get("source") or "reported"}
                 for row in (frames["compaction"].iter_rows(named=True) if "compaction" in frames else [])]
-    groups: dict[tuple[str, str], list[Judged]] = defaultdict(list)
+    # a run is one conversation or job; calls outside any run are one group per lineage
+    groups: dict[tuple[str, str | None], list[Judged]] = defaultdict(list)
     for lineage, calls in judged.items():
         for call in calls:
-            if call.run_id:
-                groups[(lineage, call.run_id)].append(call)
+            groups[(lineage, call.run_id)].append(call)
     groups = {key: calls for key, calls in groups.items() if any(call.judge for call in calls)}
-    run_ids = sorted({run for _, run in groups} | {row["run_id"] for row in reported if row["run_id"]})
-    if not run_ids:
+    run_ids = sorted({run for _, run in groups if run} | {row["run_id"] for row in reported if row["run_id"]})
+    if not groups and not reported:
         return {}
     outputs: dict[str, dict[str, tuple]] = defaultdict(dict)
-    for row in q.run_outputs(con, run_ids, since).iter_rows(named=True):
+    for row in (q.run_outputs(con, sorted({run for _, run in groups if run}), since).iter_rows(named=True)
+                if groups else ()):
         outputs[row["run_id"]][row["call_id"]] = (row["started"], row["call_id"], row["output_text"],
                                                   row["cost_micros"], row["model"])
-    for call in frames["call"].iter_rows(named=True):
-        if call["run_id"] and call["settled"]:
+    for call in (frames["call"].iter_rows(named=True) if groups else ()):
+        if call["settled"]:
             outputs[call["run_id"]][call["call_id"]] = (
                 _us(call["started_at"]) or 0, call["call_id"], (bodies.get(call["call_id"]) or {}).get("output_text"),
                 call["cost_micros"], call["model_served"] or call["model_requested"])
