@@ -7,7 +7,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from test_demo import demo
+from test_demo import demo, settled
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def store(tmp_path_factory):
     db = tmp_path_factory.mktemp("demo-insight") / "wb.duckdb"
     result = demo(db)
     assert result.returncode == 0, result.stderr
-    con = duckdb.connect(str(db), read_only=True)
+    con = duckdb.connect(str(settled(db)), read_only=True)
     yield con
     con.close()
 

@@ -115,7 +115,7 @@ def test_the_runtimes_reported_compactions_are_matched_never_counted_twice(store
 
     # the pages: the Compaction page counts them once, as reported and seen in the traffic; the Run
     # explorer lists the agent's turns
-    from test_insight_surfaces import page
+    from fixtures.dashboard_app import render as page
 
     at = page(store.path, monkeypatch, "compaction.py")
     sources = next(df.value for df in at.dataframe if "seen_in_traffic" in df.value.columns)

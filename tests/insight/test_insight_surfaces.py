@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 import workbench
+from fixtures.dashboard_app import render as page
 from insight_traffic import DOCS, Clock, ask, claude, provider
 from workbench.money import format_exact
 
 ROOT = Path(__file__).resolve().parents[2]
-APP = str(ROOT / "dashboards" / "app.py")
 
 
 @pytest.fixture
@@ -38,20 +37,6 @@ def traffic(store, fake_url, _fake_server):
         ask(client, "What is a baseline?")
     workbench.flush()
     return store, run.run_id
-
-
-def page(db: Path, monkeypatch, name: str, **params) -> AppTest:
-    monkeypatch.setenv("WORKBENCH_DB", str(db))
-    monkeypatch.setenv("WORKBENCH_SPOOL_DIR", str(db.parent / "spool"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    at.switch_page(name)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
 
 
 def test_report_cache_why_prints_what_the_store_holds(traffic):

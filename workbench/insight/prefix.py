@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import orjson
 
-FINGERPRINT_VERSION = 1
 _MARK_KEYS = ("cache_control", "prompt_cache_breakpoint")
 # one letter per region, so a call's structure is a short string: tools, system, user, assistant,
 # tool output, a previous response (Responses' server-side history), anything else
@@ -48,7 +47,7 @@ class Fingerprint:
     ttl_s: int = DEFAULT_TTL_S  # the longest life asked for (or the provider's default)
     scope: str | None = None  # prompt_cache_key: the cache is shared only within it
     lead: int = 0  # regions before the conversation (tools, system blocks, a previous response)
-    base: int = 0  # the region of the request's first message (system messages of a chat lead, yet are messages)
+    base: int = 0  # the region of the request's first message (a chat's system messages lead yet are messages)
 
     def cumulative(self) -> list[int]:
         """The hash of each prefix: depth k (1-based) at index k - 1 (each region's hash mixed into
