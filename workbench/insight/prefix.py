@@ -106,10 +106,14 @@ class _Builder:
         self.values: list | None = [] if keep else None
 
     def add(self, kind: str, value) -> None:
-        clean, marked, ttl = _unmarked(value)
+        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        marked, ttl, clean = False, 0, value
+        # most regions carry no mark: only those are walked (in Python) to take the marks out
+        if b'"cache_control"' in data or b'"prompt_cache_breakpoint"' in data:
+            clean, marked, ttl = _unmarked(value)
+            data = orjson.dumps(clean, option=orjson.OPT_SORT_KEYS)
         if self.values is not None:
             self.values.append(clean)
-        data = orjson.dumps(clean, option=orjson.OPT_SORT_KEYS)
         self.print.blocks.append(_hash(data))
         self.print.sizes.append(len(data))
         self.print.kinds += kind
@@ -185,14 +189,20 @@ def _openai_responses(body: dict, build: _Builder) -> None:
 
 def fingerprint(wire: str, body, model: str | None = None) -> Fingerprint | None:
     """The prefix fingerprint of a request body (parsed JSON); None for a wire with no prompt cache
-    or a body that is not a request object."""
-    build = _build(wire, body, model, keep=False)
+    or a body that is not a request object (or holds a value JSON cannot write, a huge integer)."""
+    try:
+        build = _build(wire, body, model, keep=False)
+    except TypeError:  # orjson's encode error
+        return None
     return None if build is None else build.print
 
 
 def region_values(wire: str, body, model: str | None = None) -> list | None:
     """The request's regions in prefix order, as JSON values without their cache marks."""
-    build = _build(wire, body, model, keep=True)
+    try:
+        build = _build(wire, body, model, keep=True)
+    except TypeError:
+        return None
     return None if build is None else build.values
 
 
