@@ -52,6 +52,30 @@ def _register(con: duckdb.DuckDBPyConnection, table: str, frame: pl.DataFrame) -
         con.unregister("_bench")
 
 
+VERDICTS = ["cold", "expired", "prefix_changed", "below_minimum", "not_requested", "unexplained"]
+REGIONS = ["system block 0", "tool list", "message 0 (user)", "message 2 (user)"]
+
+
+def with_verdicts(calls: pl.DataFrame) -> pl.DataFrame:
+    """The columns insight writes at ingest: a read is a hit (of an earlier call's write), a miss one
+    of the other verdicts, with what it lost; a write its cost and its end of life."""
+    miss = pl.lit(VERDICTS).list.get(_rand("i", 40, len(VERDICTS)))
+    return calls.with_columns(
+        pl.when(~pl.col("settled")).then(None).when(pl.col("cache_read_tokens") > 0).then(pl.lit("hit"))
+        .otherwise(miss).alias("cache_verdict"),
+    ).with_columns(
+        pl.when(pl.col("cache_verdict") == "prefix_changed").then(pl.lit(REGIONS).list.get(_rand("i", 41, len(REGIONS))))
+        .alias("cache_region"),
+        pl.when(pl.col("cache_verdict").is_in(VERDICTS) & pl.col("cost_micros").is_not_null())
+        .then(pl.col("cost_micros") // 3).alias("cache_miss_micros"),
+        pl.when(pl.col("cache_verdict") == "hit").then(pl.format("call-{}", (pl.col("i") * 31) % pl.len()))
+        .alias("cache_entry_call_id"),
+        pl.when(pl.col("cache_write_tokens") > 0).then(pl.col("cache_write_tokens") * 375).alias("cache_write_micros"),
+        pl.when(pl.col("cache_write_tokens") > 0).then(pl.col("started_at") + pl.duration(minutes=5))
+        .alias("cache_expires_at"),
+    )
+
+
 def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
     timings = {}
     started = time.perf_counter()
@@ -126,7 +150,16 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
     ).with_columns(
         *(pl.when(pl.col("settled")).then(pl.col(c)).otherwise(0).alias(c)
           for c in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")),
-    ).drop("i", "_m", "_k")
+    )
+    calls = with_verdicts(calls).drop("i", "_m", "_k")
+    prefixes = calls.select(
+        "call_id", pl.format("{}|{}||", pl.col("provider"), pl.col("model_requested")).alias("lineage"),
+        pl.col("started_at").alias("clock_at"),
+        pl.concat_list(*(pl.col("input_tokens") * k for k in (1, 3, 5, 7))).alias("blocks"),
+        pl.lit("suau").alias("kinds"),
+        pl.when(pl.col("cache_verdict") == "prefix_changed").then(
+            pl.lit("Now: 2024-03-0[-1-]{+2+} 10:00 UTC. You are the support agent")).alias("diff"),
+    )
     paid = pl.col("settled") & ~pl.col("replayed")  # a bill counts live calls; replayed ones apart
     again = pl.col("settled") & pl.col("replayed")
     bills = calls.filter(pl.col("run_id").is_not_null()).group_by("run_id").agg(
@@ -159,6 +192,11 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
         (_rand("i", 37, 5) + 2).cast(pl.Int32).alias("kept_turns"),
         pl.lit("claude-b").alias("model"),
         (_rand("i", 38, 5_000_000) + 100_000).alias("cost_micros"),
+        # a third inferred from the traffic; the reported ones mostly seen in it too
+        pl.when(_rand("i", 39, 3) == 0).then(pl.lit("inferred")).otherwise(pl.lit("reported")).alias("source"),
+        (_rand("i", 40, 10) < 8).alias("detected"),
+        (_rand("i", 41, 20_000)).alias("recache_write_tokens"),
+        (_rand("i", 42, 2_000_000)).alias("recache_cost_micros"),
     ).drop("i")
     model_rows = pl.DataFrame([
         {"price_source": f"{m}@2024-01-01", "id": m, "provider": provider, "spec": ModelSpec(
@@ -174,6 +212,9 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
         _register(con, "run_tags", tags)
         _register(con, "calls", calls)
         _register(con, "compactions", compactions)
+        _register(con, "call_prefixes", prefixes)
+        _register(con, "cache_reads", calls.filter(pl.col("cache_verdict") == "hit").select(
+            pl.col("cache_entry_call_id").alias("call_id")).unique())
         con.execute("CHECKPOINT")
     timings["insert_s"] = time.perf_counter() - started
     return timings

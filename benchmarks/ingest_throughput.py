@@ -28,40 +28,57 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 
 def _records(n: int) -> list[list[tuple[str, dict]]]:
-    """The records of `n` calls, as the recorder builds them: a real parse of a real-shaped exchange."""
+    """The records of `n` calls, as the recorder builds them: a real parse of real-shaped exchanges,
+    conversations of 8 turns over one shared ~2 KB system prompt (each turn re-sends the history and
+    reads the previous turn's prefix from the cache), 50 ms apart, with the prefix record capture
+    spools beside each call."""
+    from datetime import timedelta
+
     from workbench.capture.recorder import _CALL_BODY_FIELDS
+    from workbench.insight import prefix
     from workbench.wire import Exchange, parse_exchange
 
-    answer = " ".join(["lorem ipsum dolor sit amet"] * 70)
-    request = json.dumps({"model": "gpt-4o-mini", "messages": [
-        {"role": "user", "content": ("The quick brown fox jumps over the lazy dog. " * 44)[:2000]}]}).encode()
-    response = json.dumps({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 520, "completion_tokens": 480, "total_tokens": 1000,
-                  "prompt_tokens_details": {"cached_tokens": 0}}}).encode()
-    template = parse_exchange(Exchange(url="https://api.openai.com/v1/chat/completions", request_body=request,
+    system = ("You are the support agent of an online shop; answer in two sentences. " * 30)[:2000]
+    answer = " ".join(["lorem ipsum dolor sit amet"] * 12)
+    start = datetime.now(timezone.utc)
+    out = []
+    previous = 0
+    for index in range(n):
+        turn = index % 8
+        messages = [{"role": "system", "content": system}]
+        for past in range(turn + 1):
+            messages.append({"role": "user", "content": f"Question {past} of conversation {index // 8}: where is my order?"})
+            if past < turn:
+                messages.append({"role": "assistant", "content": answer})
+        request = json.dumps({"model": "gpt-4o-mini", "messages": messages}).encode()
+        prompt = len(request) // 4
+        cached = previous if turn else 0
+        previous = prompt
+        response = json.dumps({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": 60, "total_tokens": prompt + 60,
+                      "prompt_tokens_details": {"cached_tokens": cached}}}).encode()
+        call = parse_exchange(Exchange(url="https://api.openai.com/v1/chat/completions", request_body=request,
                                        status=200, response_headers={"content-type": "application/json"},
                                        response_body=response))
-    now = datetime.now(timezone.utc)
-    out = []
-    for _ in range(n):
-        call = dataclasses.replace(template)
         call.call_id, call.run_id = uuid.uuid4().hex, None
         call.span_id, call.trace_id = uuid.uuid4().hex[:16], uuid.uuid4().hex
-        call.started_at = call.first_byte_at = call.ended_at = now
+        call.started_at = call.first_byte_at = call.ended_at = start + timedelta(milliseconds=50 * index)
         call.cost_micros, call.price_source, call.currency = 12345, "gpt-4o-mini@2025-08-01", "USD"
         row = call.flat()
         body = {name: row.pop(name) for name in _CALL_BODY_FIELDS}
         body["tool_calls"] = None
         body["call_id"] = call.call_id
         row["tool_names"] = []
+        now = call.started_at
         span = {"span_id": call.span_id, "trace_id": call.trace_id, "parent_span_id": None,
                 "name": "chat gpt-4o-mini", "kind": "CLIENT", "run_id": None, "start_time": now.isoformat(),
                 "end_time": now.isoformat(), "status_code": "UNSET", "status_message": None,
-                "attributes": json.dumps({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": 520,
+                "attributes": json.dumps({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": prompt,
                                           "workbench.call_id": call.call_id})}
-        out.append([("call", row), ("call_body", body), ("span", span)])
+        found = prefix.captured(call.call_id, call.wire, call.model_requested, request, None, now.isoformat(), None)
+        out.append([("call", row), ("call_body", body), ("span", span), ("call_prefix", found)])
     return out
 
 
@@ -70,11 +87,24 @@ def real_path(records, batch: int, folder: Path) -> float:
     from workbench.store.ingest import ingest_spools
     from workbench.store.spool import Spool
 
+    import workbench.store.ingest as ingest_module
+
     db, spool_dir = folder / "real.duckdb", folder / "spool"
     with open_store(db):
         pass  # created and migrated before the clock starts, as a long-lived store is
     spool = Spool(db, spool_dir, flush_interval_s=3600)
     writing = ingesting = 0.0
+    deriving = [0.0]  # insight's share of ingestion: the verdicts and compactions of each batch
+    derive = ingest_module._derived
+
+    def timed(con, frames):
+        started = time.perf_counter()
+        try:
+            return derive(con, frames)
+        finally:
+            deriving[0] += time.perf_counter() - started
+
+    ingest_module._derived = timed
     for start in range(0, len(records), batch):
         started = time.perf_counter()
         for call in records[start:start + batch]:
@@ -84,9 +114,12 @@ def real_path(records, batch: int, folder: Path) -> float:
         spooled = time.perf_counter()
         ingest_spools(db, spool_dir, wait=True)
         writing, ingesting = writing + spooled - started, ingesting + time.perf_counter() - spooled
+    ingest_module._derived = derive
     with open_store(db, read_only=True) as con:
         assert con.execute("SELECT count(*) FROM calls").fetchall()[0][0] == len(records)
-    return writing, ingesting
+        judged = con.execute("SELECT count(*) FROM calls WHERE cache_verdict IS NOT NULL").fetchall()[0][0]
+        assert judged == len(records), judged
+    return writing, ingesting, deriving[0]
 
 
 INGESTER = r"""
@@ -143,7 +176,7 @@ def raw_insert(records, batch: int, folder: Path) -> float:
     con = duckdb.connect(str(db))
     migrate(con)
     con.close()
-    tables = {"call": "calls", "call_body": "call_bodies", "span": "spans"}
+    tables = {"call": "calls", "call_body": "call_bodies", "span": "spans", "call_prefix": "call_prefixes"}
     started = time.perf_counter()
     con = duckdb.connect(str(db))  # opened once per batch, as the real path must (no process holds it)
     con.close()
@@ -176,7 +209,8 @@ def main() -> None:
     from capture_overhead import _append
 
     records = _records(args.calls)
-    lines = [f"- {args.calls} calls (a `calls` row, a ~2.3 KB+2 KB `call_bodies` row and a span each)"]
+    lines = [f"- {args.calls} calls (a `calls` row, a `call_bodies` row of a 2-5 KB request and its answer, a span "
+             "and a prefix record each; conversations of 8 turns, each reading the previous turn's prefix)"]
     import statistics
 
     for batch in args.batch:
@@ -186,8 +220,9 @@ def main() -> None:
                 reals.append(real_path(records, batch, Path(folder)))
                 raws.append(raw_insert(records, batch, Path(folder)))
                 pipes.append(pipeline(records, batch, Path(folder)))
-        real = statistics.median(write + ingest for write, ingest in reals)
-        ingest = statistics.median(ingest for _, ingest in reals)
+        real = statistics.median(write + ingest for write, ingest, _ in reals)
+        ingest = statistics.median(ingest for _, ingest, _ in reals)
+        derive_share = statistics.median(derive / ingest for _, ingest, derive in reals)
         raw, pipe = statistics.median(raws), statistics.median(pipes)
         ratio, ingest_ratio = raw / real, raw / ingest
         lines.append(
@@ -197,7 +232,8 @@ def main() -> None:
             f"recorder's spool writes as well, one after the other in one process "
             f"{args.calls / real:,.0f} calls/s ({real:.2f} s): {ratio:.0%} of raw; as deployed (a recording process "
             f"writing while an ingester process ingests) {args.calls / pipe:,.0f} calls/s ({pipe:.2f} s, first record "
-            f"to last row): {raw / pipe:.0%} of raw")
+            f"to last row): {raw / pipe:.0%} of raw; insight's verdicts and compactions: {derive_share:.0%} of "
+            f"ingestion")
         print(lines[-1], flush=True)
     if not args.no_write:
         _append(args.results, "Ingestion throughput", "python benchmarks/ingest_throughput.py " +

@@ -25,6 +25,13 @@ cols[2].metric("Tokens before → after", f"{ui.compact(totals['tokens_before'])
 cols[3].metric("Turns summarised / kept", f"{totals['summarised_turns']:,} / {totals['kept_turns']:,}")
 cols[4].metric("Summary cost", ui.money(totals["cost_micros"], "USD", totals["unpriced"]))
 
+st.subheader("Reported and inferred")
+st.caption("Reported: the agent said so (an agent.compact event); inferred: the traffic shows it (a run's history "
+           "shrank and a summary took the place of earlier turns), for agents that report nothing. A reported one the "
+           "traffic confirms is counted once, as reported (`seen_in_traffic`). Saved tokens = tokens removed × the "
+           "run's calls from the compaction to the next one; re-caching = the cache writes the new prefix forced.")
+ui.table(data["sources"], "compaction_sources", money_columns=(), exact_columns=("summary_micros", "recache_micros"))
+
 ui.bar_chart(data["by_day"].with_columns(data["by_day"]["day"].cast(str)), "day", "events", "outcome",
              "Compactions per day (UTC)", money_axis=False, x_type="O")
 

@@ -69,3 +69,19 @@ st.caption("Calls the runtime's gateway answered from its response cache (Gatewa
            "was sent or paid. 'Saved' is what the re-served calls cost when they were paid; it is never added to "
            "what was paid.")
 ui.table(hits, "response_cache_hits", money_columns=(), exact_columns=("saved_cost_micros",))
+
+st.subheader("Why calls missed")
+st.caption("Each call's verdict, judged once when it was recorded, against the calls before it that its cache could "
+           "serve (same provider, model and cache scope, on the provider's clock). Lost = what the misses paid minus "
+           "what a hit on the same prefix would have paid, exact. `unexplained`: an identical prefix was cached and "
+           "alive, yet nothing was read (the provider evicted or routed elsewhere): not the prompt's fault.")
+why = data["why"]
+if why.is_empty():
+    st.caption("No settled calls match the filters.")
+else:
+    ui.table(why, "cache_miss_reasons", money_columns=(), exact_columns=("lost_micros",))
+st.markdown("**Prefixes that keep changing** (by prompt and the first region that differs; one recorded diff each)")
+ui.table(data["changing"], "cache_changing_regions", money_columns=(), exact_columns=("lost_micros",))
+st.markdown("**Cache writes and their fate**: `read` (a later hit read it), `wasted` (its life ended unread: "
+            "paid 1.25x or 2x the input price for nothing), `alive` (unread, still in its life)")
+ui.table(data["waste"], "cache_write_waste", money_columns=(), exact_columns=("write_micros",))

@@ -52,8 +52,10 @@ if run["status"] == "failed":
     st.warning(f"**{run['error_code'] or run['error_type'] or 'failed'}**: {run['error_message'] or ''}",
                icon=":material/error:")
 
-transcript, call_tab, waterfall, inner, exporting = st.tabs(
-    ["Transcript", f"Calls ({calls.height})", "Waterfall", f"Runs inside ({tree.height - 1})", "Export"])
+turn_events = data["turns"]
+transcript, call_tab, turn_tab, waterfall, inner, exporting = st.tabs(
+    ["Transcript", f"Calls ({calls.height})", f"Agent turns ({turn_events.height})", "Waterfall",
+     f"Runs inside ({tree.height - 1})", "Export"])
 
 with transcript:
     if calls.is_empty():
@@ -81,8 +83,33 @@ with transcript:
             st.caption(f"error: {call['error_type']}: {call['error_message'] or ''}")
 
 with call_tab:
-    shown = calls.drop("request_json", "response_json", "output_text", "tool_calls", "span_id")
-    ui.table(shown, f"run_{wanted[:12]}_calls", money_columns=(), exact_columns=("cost_micros",))
+    verdicts = data["verdicts"]
+    shown = calls.drop("request_json", "response_json", "output_text", "tool_calls", "span_id").join(
+        verdicts.select("call_id", pl.col("verdict").alias("cache_verdict"), pl.col("region").alias("changed_region"),
+                        "miss_micros"), on="call_id", how="left", maintain_order="left")
+    ui.table(shown, f"run_{wanted[:12]}_calls", money_columns=(), exact_columns=("cost_micros", "miss_micros"))
+    changed = verdicts.filter(pl.col("diff").is_not_null())
+    if not changed.is_empty():
+        st.markdown("**Why the cache missed: what changed in the prefix**")
+        numbers = {call_id: index + 1 for index, call_id in enumerate(calls["call_id"])}
+        for row in changed.iter_rows(named=True):
+            st.caption(f"Call {numbers.get(row['call_id'], '?')}: {row['verdict']} at {row['region']}, "
+                       f"against call {row['entry_call_id']}")
+            st.code(row["diff"], language=None)  # recorded text: shown as text, never as markup
+
+with turn_tab:
+    if turn_events.is_empty():
+        st.caption("No agent.turn events in this run (Workbench's Agent records one per turn; apps running their own "
+                   "loop can with workbench.event(\"agent.turn\", ...)).")
+    else:
+        import json
+
+        turns_frame = pl.DataFrame([{"time": row["time"], "run_id": row["run_id"], **json.loads(row["attributes"] or "{}")}
+                                    for row in turn_events.iter_rows(named=True)], infer_schema_length=None)
+        if "tool_names" in turns_frame.columns and turns_frame["tool_names"].dtype == pl.List(pl.Utf8):
+            turns_frame = turns_frame.with_columns(pl.col("tool_names").list.join(", "))
+        ui.table(turns_frame, f"run_{wanted[:12]}_turns", money_columns=(), exact_columns=(
+            ("cost_micros",) if "cost_micros" in turns_frame.columns else ()))
 
 with waterfall:
     spans = data["spans"]

@@ -131,7 +131,9 @@ class ModelSpec(PriceSheet):
     reasoning_effort: bool = False  # takes an effort control (reasoning_effort / output_config.effort)
     thinking: bool = False  # takes an extended-thinking switch
     forced_tool_choice: bool = True  # accepts a forced tool choice (llm()'s respond tool)
-    cache_min_tokens: int = Field(default=0, ge=0)  # a shorter prefix is not cached, so not marked
+    # the shortest prefix the provider caches (absent: its documented default, `cache_minimum`); the
+    # runtime marks nothing below a row's own value
+    cache_min_tokens: int | None = Field(default=None, ge=0)
     input_kinds: list[Literal["text", "image", "document"]] = Field(default_factory=lambda: ["text"])
 
     @model_validator(mode="after")

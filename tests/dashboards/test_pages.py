@@ -3,34 +3,17 @@ and the headline figures shown equal the ones computed here from the fixture's r
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 import dashboard_store as fx
+from fixtures.dashboard_app import render
 from workbench.money import format_amount
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboards" / "app.py")
 CALLS = fx.call_rows()
 COST = {c["call_id"]: c["cost_micros"] or 0 for c in CALLS}
 PAID = sum(c["cost_micros"] or 0 for c in CALLS if not c["replayed"])  # c09 was replayed: never paid
 PAGES = ["overview.py", "prompt_cache.py", "compaction.py", "failures.py", "evals.py", "run_explorer.py"]
-
-
-def render(db: Path, monkeypatch: pytest.MonkeyPatch, page: str = "overview.py", **params: str) -> AppTest:
-    monkeypatch.setenv("WORKBENCH_DB", str(db))
-    monkeypatch.setenv("WORKBENCH_SPOOL_DIR", str(db.parent / "spool"))
-    at = AppTest.from_file(APP, default_timeout=60)
-    for key, value in params.items():
-        at.query_params[key] = value
-    at.run()
-    if page != "overview.py":
-        at.switch_page(page)
-        at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    return at
 
 
 def metrics(at: AppTest) -> dict[str, str]:

@@ -17,8 +17,17 @@ def demo(db: Path, seed: int = 7) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
+def settled(db: Path) -> Path:
+    """`db` once the demo's records are all in it: the demo leaves its last spooled records to a
+    detached ingester at exit, and this waits for it (the ingest lock) and ingests what is left."""
+    from workbench.store.ingest import ingest_spools
+
+    ingest_spools(db, db.parent / "spool", wait=True)
+    return db
+
+
 def figures(db: Path) -> dict:
-    with duckdb.connect(str(db), read_only=True) as con:
+    with duckdb.connect(str(settled(db)), read_only=True) as con:
         def one(sql: str):
             return con.execute(sql).fetchall()[0][0]
 

@@ -152,7 +152,7 @@ def test_a_refusal_names_the_next_more_capable_model_of_its_family(store, fake):
 def test_the_registry_rows_of_the_fake_keep_their_defaults(store):
     spec = registry.get(CLAUDE)
     assert (spec.sampling, spec.reasoning_effort, spec.thinking, spec.forced_tool_choice, spec.cache_min_tokens,
-            spec.input_kinds, spec.family) == ([], False, False, True, 0, ["text"], None)
+            spec.input_kinds, spec.family) == ([], False, False, True, None, ["text"], None)
     with pytest.raises(WorkbenchError, match="WB_MODELS_INVALID"):
         workbench.register_model(id="bad-row", **COMMON, sampling=["top_k"])
     assert registry.get(GPT).forced_tool_choice

@@ -15,6 +15,7 @@ from opentelemetry import trace
 
 from workbench.ids import new_id
 from workbench.capture import semconv
+from workbench.insight import prefix
 from workbench.capture.runs import Run, current_run
 from workbench.capture.tracing import tracer
 from workbench.config import Settings, load_settings_leniently
@@ -109,6 +110,12 @@ class Recorder:
         if call.request_hash is None:
             call.request_hash = hash_request(pending.method, pending.url, pending.request_body)
         self._spool_call(call)
+        # the cacheable prefix, from the full request bytes (the stored body is capped), for insight
+        date = pending.response_headers.get("date") if pending.response_headers is not None else None
+        found = prefix.captured(call.call_id, call.wire, call.model_requested, pending.request_body, date,
+                                call.started_at.isoformat() if call.started_at else None, pending.replay_session)
+        if found is not None:
+            self.spool.append("call_prefix", found)
 
     def _spool_call(self, call: Call) -> None:
         row = call.flat()

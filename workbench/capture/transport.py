@@ -29,6 +29,7 @@ RECORDING: ContextVar[bool] = ContextVar("workbench_recording", default=False)
 # canonical request hash it already computed (so capture does not hash the body twice)
 REPLAYED_FROM = "workbench.replayed_from"
 REQUEST_HASH = "workbench.request_hash"
+REPLAY_SESSION = "workbench.replay_session"  # one load of a cassette: its replayed calls share a cache lineage
 # the response extension that carries the recorded `Call` once the body is read, when it was parsed
 # then (inside a run): the runtime reads it rather than parsing the same bytes again
 RECORDED_CALL = "workbench.call"
@@ -50,6 +51,7 @@ class Pending:
         self.context = otel_context.get_current()  # the parent of the call's span
         self.replayed, self.cassette = False, cassette
         self.request_hash: str | None = None
+        self.replay_session: str | None = None
         self.method, self.url = request.method, str(request.url)
         self.request_headers = request.headers  # never changed once sent: read when recorded
         self.request_body = request.content
@@ -68,6 +70,7 @@ class Pending:
         self.replayed = bool(response.extensions.get(REPLAYED_FROM))
         self.cassette = response.extensions.get(REPLAYED_FROM) or self.cassette
         self.request_hash = response.extensions.get(REQUEST_HASH)
+        self.replay_session = response.extensions.get(REPLAY_SESSION)
         self.response_headers = response.headers
         self.extensions = response.extensions
 

@@ -94,7 +94,7 @@ def _filters(since: str | None):
 
 
 def _emit(frame, fmt: str, title: str) -> None:
-    """A frame as a table (money in currency), CSV or JSON (money as exact integer micros)."""
+    """A frame as a table (money exact, in its currency), CSV or JSON (money as exact integer micros)."""
     if fmt == "csv":
         print(frame.write_csv(), end="")
         return
@@ -118,7 +118,6 @@ def _emit(frame, fmt: str, title: str) -> None:
         table.add_row(*[cell.removesuffix(f" {single}") if single and name.endswith("_micros") else cell
                         for name, cell in zip(shown, cells)])
     console.print(table if frame.height else f"{title}: nothing recorded")
-
 
 
 def _cell(name: str, value, row: dict) -> str:

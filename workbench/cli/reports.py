@@ -107,11 +107,26 @@ def _alert(frame, keys: tuple[str, ...], limit, text: str, by: str | None, since
 @report_app.command("cache")
 def report_cache(
     by: Annotated[str, typer.Option(help="model or prompt")] = "model",
+    why: Annotated[bool, typer.Option("--why", help="why calls missed: verdicts, changing prefixes, write waste")] = False,
     since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
 ) -> None:
-    """Prompt-cache reads, hit rate and the money they saved net of the write premium."""
+    """Prompt-cache reads, hit rate and the money they saved net of the write premium; with --why,
+    why calls missed the cache and what it cost."""
     from workbench.store import queries
 
+    if why:
+        f = _filters(since)
+        tables = _read(db, lambda con: {
+            "verdicts": queries.miss_reasons(con, f), "changing_prefixes": queries.changing_regions(con, f),
+            "cache_writes": queries.write_waste(con, f)})
+        if fmt == "json":
+            print(json.dumps({name: frame.to_dicts() for name, frame in tables.items()}, indent=2, default=str))
+            return
+        for name, frame in tables.items():
+            if fmt == "csv":
+                print(f"# {name}")
+            _emit(frame, fmt, f"prompt cache: {name.replace('_', ' ')}")
+        return
     keys = {"model": ("model",), "prompt": ("prompt_id", "prompt_version")}
     if by not in keys:
         raise WorkbenchError("WB_CONFIG_INVALID", f"--by {by!r}", "use --by model or prompt")

@@ -23,7 +23,8 @@ Token counting (deterministic, documented because tests assert on it): a piece o
 * ``Reply(usage_reported=False)`` answers on the chat wire with no usage at all (no ``usage`` field,
   no usage chunk even when ``stream_options.include_usage`` asks), as some compatible servers do.
 
-Prompt caching (deterministic and per provider instance, like a real cache but never expiring):
+Prompt caching (deterministic and per provider instance, like a real cache; entries never expire
+unless ``cache_ttl_s`` is set, and then each read renews the entry it read):
 
 * Anthropic: explicit. The prefix up to each ``cache_control`` mark is hashed (model included). The
   longest previously written prefix ending at or up to 20 segments before a mark is a cache READ;
@@ -33,6 +34,10 @@ Prompt caching (deterministic and per provider instance, like a real cache but n
 * OpenAI: automatic. A prompt of >= 1024 tokens remembers its prefixes at 1024, 1152, 1280, ...
   tokens (4 bytes per token over the serialised prompt); the longest one seen before is reported
   as ``cached_tokens``, which ``prompt_tokens`` INCLUDES, as OpenAI reports.
+
+A ``clock`` (a function returning epoch seconds) stands in for the time: it decides when entries
+expire and is sent as each response's ``Date`` header, so a test can leave a cache idle for an hour
+in no time. ``evict()`` drops every entry, as a provider does under load.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ import json
 import math
 import re
 import threading
+import time
 from collections import deque
+from email.utils import formatdate
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -311,8 +318,11 @@ class FakeProvider:
 
     def __init__(self, *, responder: Callable[[FakeRequest], Reply | None] | None = None,
                  context_window: dict[str, int] | None = None, anthropic_min_cache_tokens: int = 0,
-                 openai_min_cache_tokens: int = 1024, echo_chars: int = 200) -> None:
+                 openai_min_cache_tokens: int = 1024, echo_chars: int = 200,
+                 clock: Callable[[], float] | None = None, cache_ttl_s: float | None = None) -> None:
         self.responder = responder
+        self.clock = clock
+        self.cache_ttl_s = cache_ttl_s
         self.context_window = dict(context_window or {})
         self.anthropic_min_cache_tokens = anthropic_min_cache_tokens
         self.openai_min_cache_tokens = openai_min_cache_tokens
@@ -325,8 +335,8 @@ class FakeProvider:
         with self._lock:
             self._queue: deque[Reply] = deque()
             self.requests: list[FakeRequest] = []
-            self._anthropic_cache: set[str] = set()
-            self._openai_cache: set[str] = set()
+            self._anthropic_cache: dict[str, float] = {}  # prefix hash -> when it expires
+            self._openai_cache: dict[str, float] = {}
             self._seq = itertools.count(1)
 
     def clear_script(self) -> None:
@@ -339,6 +349,22 @@ class FakeProvider:
         with self._lock:
             self._queue.extend(Reply(text=r) if isinstance(r, str) else r for r in replies)
         return self
+
+    def evict(self) -> None:
+        """Drop every cache entry (a provider evicting under load: the next read misses)."""
+        with self._lock:
+            self._anthropic_cache.clear()
+            self._openai_cache.clear()
+
+    def _now(self) -> float:
+        return self.clock() if self.clock is not None else time.time()
+
+    def _cached(self, cache: dict[str, float], key: str) -> bool:
+        return cache.get(key, -math.inf) >= self._now()
+
+    def _keep(self, cache: dict[str, float], keys) -> None:
+        until = math.inf if self.cache_ttl_s is None else self._now() + self.cache_ttl_s
+        cache.update(dict.fromkeys(keys, until))
 
     @property
     def pending(self) -> int:
@@ -380,6 +406,8 @@ class FakeProvider:
 
         reply = self._next_reply(req, wire, body)
         extra = dict(reply.headers)
+        if self.clock is not None:
+            extra.setdefault("date", formatdate(self.clock(), usegmt=True))
         if reply.status >= 400:
             err = _error_response(wire, reply.status, rid, etype=reply.error_type, message=reply.error_message,
                                   code=reply.error_code, retry_after=reply.retry_after, extra=extra)
@@ -444,10 +472,10 @@ class FakeProvider:
             return 0, 0
         # like the real API, each breakpoint also looks back up to 20 blocks for an earlier entry
         candidates = {i for m in marks for i in range(max(0, m - 19), m + 1)}
-        hit = max((i for i in candidates if hashes[i] in self._anthropic_cache), default=None)
+        hit = max((i for i in candidates if self._cached(self._anthropic_cache, hashes[i])), default=None)
         read = cum[hit] if hit is not None else 0
         write = cum[marks[-1]] - read
-        self._anthropic_cache.update(hashes[m] for m in marks)
+        self._keep(self._anthropic_cache, [hashes[m] for m in marks] + ([hashes[hit]] if hit is not None else []))
         return read, write
 
     def _openai_caching(self, model: str, prompt: str, total: int) -> tuple[int, int]:
@@ -459,10 +487,10 @@ class FakeProvider:
             h.update(data[done: 4 * k])
             done = 4 * k
             digest = h.hexdigest()
-            if digest in self._openai_cache:
+            if self._cached(self._openai_cache, digest):
                 cached = k
             seen.append(digest)
-        self._openai_cache.update(seen)
+        self._keep(self._openai_cache, seen)
         return cached, 0
 
     def _turn(self, n: int, wire: str, body: dict, model: str, reply: Reply, total: int,

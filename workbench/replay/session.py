@@ -12,6 +12,7 @@ import json
 import os
 import threading
 import time
+import uuid
 import weakref
 from datetime import datetime, timezone
 from pathlib import Path
@@ -47,6 +48,7 @@ class Cassette:
                 "WB_CONFIG_INVALID", f"record mode {self.mode!r}", f"use one of: {', '.join(MODES)}"
             )
         self.body_hook = body_hook
+        self.session = uuid.uuid4().hex  # this load: its replays are one cache lineage, apart from other loads
         self.misses: list[WorkbenchError] = []
         self.recorded = 0
         self._saved_at = time.monotonic()

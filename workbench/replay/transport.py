@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from types import ModuleType
 
-from workbench.capture.transport import REPLAYED_FROM, REQUEST_HASH
+from workbench.capture.transport import REPLAY_SESSION, REPLAYED_FROM, REQUEST_HASH
 from workbench.errors import WorkbenchError
 from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
 from workbench.replay.scrub import masked_request_body, scrub_body
@@ -171,7 +171,7 @@ def build(httpx: ModuleType):
                 return httpx.Response(
                     recorded.status, headers=_headers(recorded.headers),
                     stream=stream_type(_chunks(recorded.body, content_type)),
-                    extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest},
+                    extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest, REPLAY_SESSION: cassette.session},
                 )
         if cassette.mode == "replay":
             error = miss_error(cassette, request.method, str(request.url), body, digest)

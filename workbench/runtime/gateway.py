@@ -237,7 +237,7 @@ class Gateway:
             return bodies[kind]
 
         raw = estimate_tokens(content(providers[0]))
-        if request.cache and raw < spec.cache_min_tokens and any(p.rule(request).marks != "none" for p in providers):
+        if request.cache and raw < (spec.cache_min_tokens or 0) and any(p.rule(request).marks != "none" for p in providers):
             # below the model's minimum nothing is cached: a mark would only move the bytes
             request = dataclasses.replace(request, cache=False)
             bodies.clear()

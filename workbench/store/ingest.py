@@ -11,7 +11,9 @@ records behind it."""
 from __future__ import annotations
 
 import fcntl
+import importlib
 import json
+import logging
 import os
 from collections import defaultdict
 from contextlib import contextmanager
@@ -35,7 +37,14 @@ QUARANTINE_TEXT_CAP = 65536
 _POLARS_TYPES = {
     "VARCHAR": pl.Utf8, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "BOOLEAN": pl.Boolean,
     "VARCHAR[]": pl.List(pl.Utf8), "TIMESTAMP WITH TIME ZONE": pl.Utf8, "DOUBLE": pl.Float64,
+    "BIGINT[]": pl.List(pl.Int64), "INTEGER[]": pl.List(pl.Int32),
 }
+log = logging.getLogger("workbench.store")
+# Derived data (cache verdicts, inferred compactions) is computed from each batch before it is
+# written, by the insight layer, which comes after the store in the import order: the store names
+# it here rather than importing it. `derive(con, frames)` returns the frames to write and the keys
+# of stored rows they supersede.
+DERIVE = "workbench.insight.ingest"
 
 
 @contextmanager
@@ -119,12 +128,26 @@ def _frames_fast(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dic
     return frames
 
 
+def _derived(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]
+             ) -> tuple[dict[str, pl.DataFrame], dict[str, list[str]]]:
+    """The batch with insight's columns and rows; as it came when insight fails (logged: the
+    records still go in, without verdicts)."""
+    try:
+        return importlib.import_module(DERIVE).derive(con, frames)
+    except Exception as exc:  # noqa: BLE001 - derived data never keeps a record out of the store
+        log.warning("workbench could not derive cache verdicts and compactions for a batch: %s", exc, exc_info=True)
+        return frames, {}
+
+
 def _commit(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
-            finished: list[Path], known_new: bool) -> int:
-    """Every frame and the files' new offsets in one transaction."""
+            finished: list[Path], known_new: bool, superseded: dict[str, list[str]] | None = None) -> int:
+    """Every frame, the stored rows they supersede and the files' new offsets in one transaction."""
     count = 0
     con.execute("BEGIN TRANSACTION")
     try:
+        for kind, keys in (superseded or {}).items():
+            table, (key, *_), _ = TABLES[kind]
+            con.execute(f"DELETE FROM {table} WHERE list_contains($keys, {key})", {"keys": keys})
         for kind in TABLES:  # table order: a run before its tags, calls before their bodies
             if kind in frames and frames[kind].height:
                 count += write_frame(con, kind, frames[kind], known_new)
@@ -317,15 +340,17 @@ def _store_problem(exc: BaseException) -> bool:
 
 def _commit_any(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
                 finished: list[Path], quarantined: list[dict], schemas: dict[str, dict[str, pl.DataType]]) -> int:
-    """Commit the frames, the quarantined records and the offsets; returns the records stored."""
+    """Commit the frames (with insight's derived rows), the quarantined records and the offsets;
+    returns the records stored."""
+    frames, superseded = _derived(con, frames)
     if quarantined:
         frames = {**frames, "quarantine": pl.DataFrame(quarantined, schema=schemas["quarantine"])}
     try:
         # records are new unless a file is read again (its offset row went with an unlink that did
         # not happen): the plain insert first, the conflict-checking one when a key was seen
-        count = _commit(con, frames, moved, finished, known_new=True)
+        count = _commit(con, frames, moved, finished, known_new=True, superseded=superseded)
     except duckdb.ConstraintException:
-        count = _commit(con, frames, moved, finished, known_new=False)
+        count = _commit(con, frames, moved, finished, known_new=False, superseded=superseded)
     return count - len(quarantined)
 
 
@@ -346,9 +371,10 @@ def _value_problem(value, kind: pl.DataType) -> str | None:
         return None if isinstance(value, bool) else f"{value!r} is not a boolean"
     if kind == pl.Float64:
         return None if isinstance(value, (int, float)) and not isinstance(value, bool) else f"{value!r} is not a number"
-    if kind == pl.List(pl.Utf8):
-        return None if isinstance(value, list) and all(isinstance(item, str) for item in value) else (
-            f"{str(value)[:80]} is not a list of texts")
+    if isinstance(kind, pl.List):
+        if not isinstance(value, list):
+            return f"{str(value)[:80]} is not a list"
+        return next(filter(None, (_value_problem(item, kind.inner) for item in value)), None)
     return None if isinstance(value, str) else f"{str(value)[:80]!r} is not a text"
 
 

@@ -7,7 +7,7 @@ from typing import Literal
 
 Kind = Literal[
     "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result",
-    "checkpoint", "cache_hit", "quarantine",
+    "checkpoint", "cache_hit", "quarantine", "call_prefix", "cache_read",
 ]
 
 # table, primary key, and whether a later record replaces an earlier one with the same key
@@ -18,7 +18,8 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "run_tag": ("run_tags", ("run_id", "key"), True),
     "span": ("spans", ("span_id",), False),
     "span_event": ("span_events", ("span_id", "seq"), False),
-    "compaction": ("compactions", ("compaction_id",), False),
+    # replaced: insight fills in what the traffic shows about a reported compaction
+    "compaction": ("compactions", ("compaction_id",), True),
     "prompt": ("prompts", ("prompt_hash",), False),
     "model": ("models", ("price_source",), True),
     "eval_run": ("eval_runs", ("eval_run_id",), True),
@@ -27,4 +28,6 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "cache_hit": ("response_cache_hits", ("hit_id",), False),
     # a record the store could not take, with its reason (keyed by its spool file and line: idempotent)
     "quarantine": ("quarantine", ("quarantine_id",), False),
+    "call_prefix": ("call_prefixes", ("call_id",), False),
+    "cache_read": ("cache_reads", ("call_id",), False),
 }

@@ -187,6 +187,43 @@ MIGRATIONS: list[tuple[str, str]] = [
         WHERE runs.run_id = x.bill AND runs.billed_calls IS NOT NULL;
         """,
     ),
+    (
+        "0007_insight_cache_verdicts",
+        """
+        -- insight (workbench/insight) judges every call's prompt-cache use once, at ingest
+        ALTER TABLE calls ADD COLUMN cache_verdict VARCHAR;    -- hit, cold, expired, prefix_changed,
+                                                               -- below_minimum, not_requested, unexplained; null: not judged
+        ALTER TABLE calls ADD COLUMN cache_region VARCHAR;     -- prefix_changed: the first region that changed
+        ALTER TABLE calls ADD COLUMN cache_miss_micros BIGINT; -- a miss: paid minus what a hit on its prefix pays
+        ALTER TABLE calls ADD COLUMN cache_entry_call_id VARCHAR; -- the earlier call whose cache entry this call
+                                                               -- read (a hit) or could have read (a miss)
+        ALTER TABLE calls ADD COLUMN cache_write_micros BIGINT;  -- what this call's cache write cost
+        ALTER TABLE calls ADD COLUMN cache_expires_at TIMESTAMPTZ; -- a write: when it expires unless read
+        -- each call's cacheable prefix as block-level hashes (workbench/insight/prefix.py)
+        CREATE TABLE call_prefixes (
+            call_id VARCHAR PRIMARY KEY,
+            lineage VARCHAR,           -- provider, model and cache scope: the calls one cache can serve
+            session VARCHAR,           -- a replay: the cassette session it was replayed in
+            scope VARCHAR,             -- prompt_cache_key, when sent
+            clock_at TIMESTAMPTZ,      -- the provider's clock (its Date header, recorded ones on replay), else the start
+            blocks BIGINT[], sizes INTEGER[], kinds VARCHAR, marks INTEGER[],
+            lead INTEGER,              -- regions before the conversation: tools, system blocks
+            base INTEGER,              -- the region of the request's first message
+            explicit BOOLEAN,          -- the provider caches only what is marked
+            ttl_s INTEGER,             -- the life a cache entry of this call gets
+            keys BIGINT[],             -- prefix hashes of the entries this call left: found again later, they expired
+            diff VARCHAR);             -- prefix_changed: a short diff of the region that changed
+        -- the cache writes a later call read (a write never read before its end of life was wasted)
+        CREATE TABLE cache_reads (call_id VARCHAR PRIMARY KEY, first_read_at TIMESTAMPTZ, read_by VARCHAR);
+        ALTER TABLE compactions ADD COLUMN source VARCHAR;     -- reported (an agent.compact event) or inferred
+        ALTER TABLE compactions ADD COLUMN detected BOOLEAN;   -- the traffic shows it (always, for an inferred one)
+        ALTER TABLE compactions ADD COLUMN before_call_id VARCHAR;  -- the last call before the history shrank
+        ALTER TABLE compactions ADD COLUMN after_call_id VARCHAR;   -- the first call after
+        ALTER TABLE compactions ADD COLUMN summary_call_id VARCHAR; -- the call that wrote the summary
+        ALTER TABLE compactions ADD COLUMN recache_write_tokens BIGINT; -- cache writes the new prefix forced
+        ALTER TABLE compactions ADD COLUMN recache_cost_micros BIGINT;
+        """,
+    ),
 ]
 
 

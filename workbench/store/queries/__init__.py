@@ -30,6 +30,7 @@ from workbench.store.queries._base import StoreMissing, Filters, scope, store_co
 from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend_by_currency, currency_totals, spend_by_day, day_totals, spend_by_model, model_totals, spend_by_prompt, prompt_totals, run_totals, top_run_names, top_runs, failure_totals, failed_runs, failures_by, unknown_when_unpriced, unpriced_models
 from workbench.store.queries.ledger import BUILT_IN, OTHERS, TIME_KEYS, key_columns, spend_by, top_n
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
+from workbench.store.queries.insight import miss_reasons, changing_regions, write_waste, call_verdicts, run_turn_events, compaction_sources
 from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
 from workbench.store.queries.runtime import last_checkpoint, response_cache_hits
 
@@ -57,14 +58,15 @@ def cache_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataF
     with scope(con, f):
         groups = cache_savings(con, f, ("prompt_id", "prompt_version", "model"))
         return {"totals": cache_totals(groups), "by_prompt_model": groups, "unstable": unstable_prefix_runs(con, f),
-                "response_cache": response_cache_hits(con, f)}
+                "response_cache": response_cache_hits(con, f),
+                "why": miss_reasons(con, f), "changing": changing_regions(con, f), "waste": write_waste(con, f)}
 
 
 def compaction_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
     with scope(con, f):
         return {"totals": compaction_totals(con, f), "by_day": compactions_by_day(con, f),
                 "failed": compaction_events(con, f, failed_only=True), "top_runs": compaction_top_runs(con, f),
-                "events": compaction_events(con, f)}
+                "events": compaction_events(con, f), "sources": compaction_sources(con, f)}
 
 
 def failures_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
@@ -85,6 +87,8 @@ def explorer_page(con: duckdb.DuckDBPyConnection, f: Filters, run_id: str | None
     if run_id:
         out.update(tree=run_tree(con, run_id), calls=run_calls(con, run_id), spans=run_spans(con, run_id),
                    compactions=run_compactions(con, run_id))
+        out.update(verdicts=call_verdicts(con, out["calls"]["call_id"].to_list()),
+                   turns=run_turn_events(con, out["tree"]["run_id"].to_list()))
     return out
 
 
@@ -96,8 +100,10 @@ PAGES: dict[str, Callable[..., dict[str, pl.DataFrame]]] = {
 
 
 __all__ = [
-    "BUILT_IN", "Filters", "OTHERS", "PAGES", "StoreMissing", "TIME_KEYS", "cache_savings", "cache_totals", "call_totals", "compaction_events",
-    "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "day_totals", "eval_cases",
+    "BUILT_IN", "Filters", "OTHERS", "PAGES", "StoreMissing", "TIME_KEYS", "cache_savings", "cache_totals", "call_totals",
+    "call_verdicts", "changing_regions", "compaction_events", "compaction_sources", "miss_reasons", "run_turn_events",
+    "write_waste", "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "day_totals",
+    "eval_cases",
     "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
     "has_tables", "ingest_pending", "key_columns", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
     "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",

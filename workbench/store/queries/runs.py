@@ -41,8 +41,9 @@ def compaction_events(con: duckdb.DuckDBPyConnection, f: Filters, failed_only: b
     """The latest compactions (or only those whose outcome is not `ok`), with their run's name."""
     where = "WHERE x.outcome IS DISTINCT FROM 'ok'" if failed_only else ""
     return _q(con, f, f"""
-        SELECT x.occurred_at, x.run_id, r.name AS run_name, x.turn, x.outcome, x.tokens_before, x.tokens_after,
-               x.limit_tokens, x.summarised_turns, x.kept_turns, x.model, x.cost_micros, x.compaction_id
+        SELECT x.occurred_at, x.run_id, r.name AS run_name, coalesce(x.source, 'reported') AS source, x.turn,
+               x.outcome, x.tokens_before, x.tokens_after, x.limit_tokens, x.summarised_turns, x.kept_turns, x.model,
+               x.cost_micros, x.compaction_id
         FROM fx x LEFT JOIN runs r USING (run_id) {where}
         ORDER BY x.occurred_at DESC, x.compaction_id LIMIT $limit""", {"limit": limit})
 
@@ -177,8 +178,9 @@ def run_spans(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
 
 def run_compactions(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
     return _frame(con, """
-        SELECT x.occurred_at, x.run_id, x.turn, x.outcome, x.tokens_before, x.tokens_after, x.summarised_turns,
-               x.kept_turns, x.model, x.cost_micros
+        SELECT x.occurred_at, x.run_id, coalesce(x.source, 'reported') AS source, x.turn, x.outcome, x.tokens_before,
+               x.tokens_after, x.summarised_turns, x.kept_turns, x.model, x.cost_micros, x.summary_call_id,
+               x.recache_write_tokens
         FROM compactions x WHERE list_contains($ids, x.run_id) ORDER BY x.occurred_at""",
                   {"ids": _subtree_ids(con, run_id)})
 

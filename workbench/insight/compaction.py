@@ -1,0 +1,127 @@
+"""Compactions inferred from raw traffic, for any agent, whether it reports them or not.
+
+Two calls of one run in one lineage, A then B, with the same lead (tool list and system blocks), are
+a compaction when the history shrank and something took the place of the earlier turns:
+- B's regions are fewer bytes than A's;
+- at least two of A's messages are gone from B;
+- B has a message that A did not, placed before every message B kept from A (the summary; an agent
+  that only drops old turns, a sliding window, keeps no such message);
+- and B kept some of A's messages, or the new message holds the text another call of the run wrote
+  between A and B: that call produced the summary (its cost is the summary's cost).
+
+A is the latest earlier call of the run with the same lead that shares a message with B (or, when
+B kept none, the latest with more messages), among the last 64 with that lead; calls made outside
+any run are one group per lineage. A compaction the agent reported (`agent.compact`) in
+the same run between A and B is the same event: the traffic fills in its calls, never a second row.
+The cache writes B paid are what the new prefix cost to cache again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbench.insight.prefix import ASSISTANT
+from workbench.insight.verdicts import Judged
+
+# how far a reported event may sit outside the A..B window on the application's clock
+_SLACK_US = 2_000_000
+_SUMMARY_PROBE = 120  # characters of a candidate summary looked for in the next request
+_LOOKBACK = 64  # earlier calls with the same lead looked at for A (calls outside runs share a group)
+
+
+@dataclass(slots=True)
+class Inferred:
+    before: Judged
+    after: Judged
+    removed: int  # A's messages no longer in B
+    kept: int  # A's messages B kept
+    summarised_turns: int  # assistant messages among the removed
+    kept_turns: int
+    summary_call_id: str | None = None
+    summary_cost_micros: int | None = None
+    summary_model: str | None = None
+
+
+def _messages(call: Judged) -> list[int]:
+    return call.fp.blocks[call.fp.lead:]
+
+
+def infer(run_calls: list[Judged], texts: dict[str, str], outputs: list[tuple[int, str, str, int | None, str | None]]
+          ) -> list[Inferred]:
+    """Compactions among one run's calls of one lineage (`run_calls`, any order). `texts`: the
+    request text of the calls being judged, by call id; `outputs`: (start µs, call id, output text,
+    cost, model) of the run's calls, where a summary may come from."""
+    ordered = sorted(run_calls, key=lambda c: (c.clock, c.started, c.call_id))
+    found = []
+    for position, after in enumerate(ordered):
+        if not after.judge or not after.fp.blocks:
+            continue
+        before = _predecessor(ordered[:position], after)
+        if before is None:
+            continue
+        event = _compared(before, after, texts.get(after.call_id), outputs)
+        if event is not None:
+            found.append(event)
+    return found
+
+
+def _predecessor(earlier: list[Judged], after: Judged) -> Judged | None:
+    lead = after.fp.blocks[:after.fp.lead]
+    mine = set(_messages(after))
+    fallback = None
+    looked = 0
+    for call in reversed(earlier):
+        if call.fp.blocks[:call.fp.lead] != lead or call.fp.lead != after.fp.lead:
+            continue
+        looked += 1
+        if looked > _LOOKBACK:
+            break
+        if mine & set(_messages(call)):
+            return call
+        if fallback is None and len(_messages(call)) > len(mine):
+            fallback = call
+    return fallback
+
+
+def _compared(before: Judged, after: Judged, text: str | None, outputs) -> Inferred | None:
+    old, new = _messages(before), _messages(after)
+    if sum(after.fp.sizes) >= sum(before.fp.sizes):
+        return None
+    old_set = set(old)
+    kept_at = [index for index, block in enumerate(new) if block in old_set]
+    kept_set = {new[index] for index in kept_at}
+    removed = [index for index, block in enumerate(old) if block not in kept_set]
+    if len(removed) < 2:
+        return None
+    first_kept = kept_at[0] if kept_at else len(new)
+    if not any(block not in old_set for block in new[:first_kept]):
+        return None  # nothing took the earlier turns' place: a sliding window, not a summary
+    event = Inferred(before, after, removed=len(removed), kept=len(kept_at),
+                     summarised_turns=sum(before.fp.kinds[before.fp.lead + index] == ASSISTANT for index in removed),
+                     kept_turns=sum(after.fp.kinds[after.fp.lead + index] == ASSISTANT for index in kept_at))
+    _find_summary(event, text, outputs)
+    if not kept_at and event.summary_call_id is None:
+        return None  # B shares nothing with A and holds no summary of it: another conversation
+    return event
+
+
+def _find_summary(event: Inferred, text: str | None, outputs) -> None:
+    if not text:
+        return
+    import json
+
+    for started, call_id, output, cost, model in sorted(outputs, reverse=True):
+        if not (event.before.started <= started <= event.after.started) or call_id == event.after.call_id:
+            continue
+        probe = (output or "").strip()[:_SUMMARY_PROBE]
+        if len(probe) >= 16 and json.dumps(probe)[1:-1] in text:
+            event.summary_call_id, event.summary_cost_micros, event.summary_model = call_id, cost, model
+            return
+
+
+def matches(event: Inferred, occurred_us: int) -> bool:
+    """Whether a reported compaction at `occurred_us` (the application's clock) is this one."""
+    return event.before.started - _SLACK_US <= occurred_us <= event.after.started + _SLACK_US
+
+
+__all__ = ["Inferred", "infer", "matches"]

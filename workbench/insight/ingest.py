@@ -1,0 +1,389 @@
+"""Insight at ingest: each batch of records gets its cache verdicts and inferred compactions before
+it is written (`workbench.store.ingest` calls `derive`). Reads go through the named queries of
+`workbench.store.queries.insight`; what it returns is frames, never SQL.
+
+The batch's calls are judged on their lineages' timelines: the calls stored from the longest cache
+life the batch asks for (5 minutes, an hour, a day) before its first call on, plus the batch itself.
+Prefixes that older entries left are looked up once for the calls no loaded entry explains
+(`expired`)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import datetime, timezone
+
+import orjson
+import polars as pl
+
+from workbench.insight import compaction as compact
+from workbench.insight.prefix import Fingerprint, fingerprint, region_values
+from workbench.insight.prefix import row as prefix_row
+from workbench.insight.verdicts import CHANGED, COLD, Judged, Lineage, minimum_tokens, price_write
+from workbench.models import ModelSpec
+from workbench.store.queries import insight as q
+
+_ALIKE = 0.9  # a changed lead region across conversations counts when this much of its text is unchanged
+_DIFF_CONTEXT = 40
+_CALL_COLUMNS = ("cache_verdict", "cache_region", "cache_miss_micros", "cache_entry_call_id", "cache_write_micros",
+                 "cache_expires_at")
+
+
+def _us(value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return int(value.timestamp() * 1_000_000) if value.tzinfo else None
+
+
+def _iso(micros: int | None) -> str | None:
+    return None if micros is None else datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc).isoformat()
+
+
+def _fingerprint_of(row: dict) -> Fingerprint:
+    return Fingerprint(blocks=list(row["blocks"] or []), sizes=list(row["sizes"] or []), kinds=row["kinds"] or "",
+                       marks=list(row["marks"] or []), explicit=bool(row["explicit"]), ttl_s=row["ttl_s"] or 300,
+                       scope=row["scope"], lead=row["lead"] or 0, base=row["base"] or 0)
+
+
+def _specs(con, frames) -> dict[str, ModelSpec]:
+    rows = q.model_specs(con).rows()
+    if "model" in frames:
+        rows += frames["model"].select("price_source", "spec").rows()
+    specs = {}
+    for source, spec in rows:
+        try:
+            specs[source] = ModelSpec.model_validate_json(spec)
+        except ValueError:
+            continue
+    return specs
+
+
+def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame], dict[str, list[str]]]:
+    """The batch's frames with the verdict columns filled, its prefixes' lineages, keys and diffs,
+    and inferred compactions; and the stored rows they supersede (by kind)."""
+    calls = frames.get("call")
+    if calls is None or calls.is_empty():  # compactions an app reported apart from its traffic
+        frames = dict(frames)
+        return frames, _compactions(con, frames, {}, {}, None) if "compaction" in frames else {}
+    specs = _specs(con, frames)
+    bodies = {row["call_id"]: row for row in frames["call_body"].select("call_id", "request_json", "output_text")
+              .iter_rows(named=True)} if "call_body" in frames else {}
+    captured = {row["call_id"]: row for row in frames["call_prefix"].iter_rows(named=True)} if "call_prefix" in frames else {}
+    batch: dict[str, dict] = {}
+    for call in calls.iter_rows(named=True):
+        prefix = captured.get(call["call_id"]) or _from_body(call, bodies.get(call["call_id"]))
+        if prefix is None:
+            continue
+        model = call["model_requested"] or call["model_served"]
+        prefix["lineage"] = "|".join((call["provider"] or "", model or "", prefix["scope"] or "", prefix["session"] or ""))
+        batch[call["call_id"]] = {**call, **prefix, "model": model, "clock": _us(prefix["clock_at"]) or _us(call["started_at"]),
+                                  "started": _us(call["started_at"]) or 0}
+    if not batch:
+        frames = dict(frames)
+        return frames, _compactions(con, frames, {}, bodies, None) if "compaction" in frames else {}
+    first = min(row["clock"] for row in batch.values())
+    window = max(row["ttl_s"] or 0 for row in batch.values()) * 1_000_000
+    since = datetime.fromtimestamp((first - window) / 1_000_000, tz=timezone.utc)
+    lineages = sorted({row["lineage"] for row in batch.values()})
+    history = [row for row in q.lineage_history(con, lineages, since).iter_rows(named=True) if row["call_id"] not in batch]
+    by_lineage: dict[str, list[dict]] = defaultdict(list)
+    for row in history:
+        by_lineage[row["lineage"]].append({**row, "judge": False})
+    for row in batch.values():
+        by_lineage[row["lineage"]].append({**row, "judge": True})
+    judged = _judge(by_lineage, specs, {})
+    older = _older(con, judged, since)
+    if older:
+        judged = _judge(by_lineage, specs, older)
+    mine = {call.call_id: call for calls_ in judged.values() for call in calls_ if call.judge}
+    diffs = _explain_changes(con, mine, batch, bodies)
+    frames = dict(frames)
+    frames["call"] = _with_verdicts(calls, mine)
+    frames["call_prefix"] = _prefix_frame(frames.get("call_prefix"), batch, mine, diffs)
+    reads = _reads(con, mine)
+    if reads is not None:
+        frames["cache_read"] = reads
+    superseded = _compactions(con, frames, judged, bodies, since)
+    return frames, superseded
+
+
+def _from_body(call: dict, body: dict | None) -> dict | None:
+    """A prefix for a call recorded without one (an older recorder): from the stored body, when
+    it is whole (a body cut at the size cap is not JSON)."""
+    text = (body or {}).get("request_json")
+    if not text:
+        return None
+    try:
+        found = fingerprint(call["wire"] or "", orjson.loads(text), call["model_requested"])
+    except orjson.JSONDecodeError:
+        return None
+    return None if found is None else prefix_row(call["call_id"], found, None, None)
+
+
+def _judge(by_lineage: dict[str, list[dict]], specs: dict[str, ModelSpec], older: dict[str, dict[int, str]]
+           ) -> dict[str, list[Judged]]:
+    out = {}
+    for lineage, rows in by_lineage.items():
+        calls = []
+        for row in rows:
+            spec = specs.get(row["price_source"]) if row["price_source"] else None
+            calls.append(Judged(
+                call_id=row["call_id"], run_id=row["run_id"], clock=row["clock"], started=row["started"] or 0,
+                settled=bool(row["settled"]), input_tokens=row["input_tokens"] or 0, read=row["cache_read_tokens"] or 0,
+                write=row["cache_write_tokens"] or 0, write_1h=row["cache_write_1h_tokens"] or 0,
+                output_tokens=row["output_tokens"] or 0, cost_micros=row["cost_micros"], spec=spec,
+                minimum=minimum_tokens(row["model"], spec), fp=_fingerprint_of(row), judge=row["judge"]))
+        state = Lineage(older=older.get(lineage, {}))
+        state.replay(calls)
+        for call in calls:
+            if call.judge:
+                price_write(call)
+        out[lineage] = calls
+    return out
+
+
+def _older(con, judged: dict[str, list[Judged]], since: datetime) -> dict[str, dict[int, str]]:
+    """Entries from before the loaded window for the calls no loaded entry explained."""
+    wanted: set[int] = set()
+    lineages = []
+    for lineage, calls in judged.items():
+        keys = {key for call in calls if call.judge and call.verdict in (COLD, CHANGED) for key in call.cum[:call.depth]}
+        if keys:
+            wanted |= keys
+            lineages.append(lineage)
+    if not wanted:
+        return {}
+    found: dict[str, dict[int, str]] = defaultdict(dict)
+    for lineage, key, call_id in q.older_entries(con, lineages, sorted(wanted), since).rows():
+        found[lineage][key] = call_id
+    return dict(found)
+
+
+def _region_text(wire: str | None, model: str | None, request_json: str | None, index: int) -> str | None:
+    if not request_json:
+        return None
+    try:
+        values = region_values(wire or "", orjson.loads(request_json), model)
+    except orjson.JSONDecodeError:
+        return None
+    if values is None or index >= len(values):
+        return None
+    return _readable(values[index])
+
+
+def _readable(value) -> str:
+    """A region as a person reads it: its text when it is text (a system block, a message), else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        if isinstance(value.get("text"), str) and set(value) <= {"type", "text"}:
+            return value["text"]
+        content = value.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list) and all(isinstance(part, dict) and isinstance(part.get("text"), str)
+                                             for part in content):
+            return "\n".join(part["text"] for part in content)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _common_ends(old: str, new: str) -> tuple[int, int]:
+    """How many characters the two texts share at the start, and then at the end."""
+    start = 0
+    while start < min(len(old), len(new)) and old[start] == new[start]:
+        start += 1
+    end = 0
+    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
+        end += 1
+    return start, end
+
+
+def _unchanged_share(old: str, new: str) -> float:
+    """The share of the longer text left as it was around one edit in place (a timestamp, an id)."""
+    start, end = _common_ends(old, new)
+    return (start + end) / max(len(old), len(new), 1)
+
+
+def short_diff(old: str, new: str, context: int = _DIFF_CONTEXT) -> str:
+    """The bytes that changed between two texts, with a little context: `…ctx[-old-]{+new+}ctx…`."""
+    start, end = _common_ends(old, new)
+    before = old[max(0, start - context):start]
+    after = old[len(old) - end:len(old) - end + context]
+    removed, added = old[start:len(old) - end], new[start:len(new) - end]
+    return (("…" if start > context else "") + before + f"[-{removed[:120]}-]{{+{added[:120]}+}}" + after
+            + ("…" if end > context else ""))
+
+
+def _explain_changes(con, mine: dict[str, Judged], batch: dict[str, dict], bodies: dict[str, dict]) -> dict[str, str]:
+    """A short diff for every changed prefix; a change across conversations whose region's text is
+    not alike is no change (the call is cold)."""
+    changed = [call for call in mine.values() if call.verdict == CHANGED and call.compared is not None]
+    if not changed:
+        return {}
+    texts = {call_id: (row["wire"], row["model"], (bodies.get(call_id) or {}).get("request_json"))
+             for call_id, row in batch.items()}
+    stored = sorted({call.compared.call_id for call in changed} - set(texts))
+    for row in q.stored_texts(con, stored).iter_rows(named=True):
+        texts[row["call_id"]] = (row["wire"], row["model"], row["request_json"])
+    diffs = {}
+    for call in changed:
+        new = _region_text(*texts.get(call.call_id, (None, None, None)), call.region)
+        old = _region_text(*texts.get(call.compared.call_id, (None, None, None)), call.region)
+        if old is not None and new is not None:
+            alike = _unchanged_share(old, new) >= _ALIKE
+        else:  # a body cut at the size cap: alike when the sizes are
+            mine_size, theirs = call.fp.sizes[call.region], call.compared.fp.sizes[call.region]
+            alike = abs(mine_size - theirs) <= 0.05 * max(mine_size, theirs)
+        if call.confirm and not alike:
+            call.verdict, call.compared, call.entry_call, call.region = COLD, None, None, None
+            continue
+        if old is not None and new is not None:
+            diffs[call.call_id] = short_diff(old, new)
+    return diffs
+
+
+def _with_verdicts(calls: pl.DataFrame, mine: dict[str, Judged]) -> pl.DataFrame:
+    results = pl.DataFrame(
+        [{"call_id": call.call_id, "cache_verdict": call.verdict,
+          "cache_region": call.fp.label(call.region) if call.region is not None else None,
+          "cache_miss_micros": call.miss_micros, "cache_entry_call_id": call.entry_call,
+          "cache_write_micros": call.write_micros, "cache_expires_at": _iso(call.expires)} for call in mine.values()],
+        schema={"call_id": pl.Utf8, "cache_verdict": pl.Utf8, "cache_region": pl.Utf8, "cache_miss_micros": pl.Int64,
+                "cache_entry_call_id": pl.Utf8, "cache_write_micros": pl.Int64, "cache_expires_at": pl.Utf8})
+    order = calls.columns
+    return calls.drop([name for name in _CALL_COLUMNS if name in order]).join(
+        results, on="call_id", how="left", maintain_order="left").select(order)
+
+
+def _reads(con, mine: dict[str, Judged]) -> pl.DataFrame | None:
+    """The writes this batch's hits read, that no earlier batch had read: each once, first read first."""
+    first: dict[str, Judged] = {}
+    for call in sorted(mine.values(), key=lambda c: (c.clock, c.started)):
+        if call.verdict == "hit" and call.entry_call is not None:
+            first.setdefault(call.entry_call, call)
+    if first:
+        for (known,) in q.known_reads(con, sorted(first)).rows():
+            first.pop(known, None)
+    if not first:
+        return None
+    return pl.DataFrame([{"call_id": writer, "first_read_at": _iso(call.clock), "read_by": call.call_id}
+                         for writer, call in first.items()],
+                        schema={"call_id": pl.Utf8, "first_read_at": pl.Utf8, "read_by": pl.Utf8})
+
+
+_PREFIX_SCHEMA = {
+    "call_id": pl.Utf8, "lineage": pl.Utf8, "session": pl.Utf8, "scope": pl.Utf8, "clock_at": pl.Utf8,
+    "blocks": pl.List(pl.Int64), "sizes": pl.List(pl.Int32), "kinds": pl.Utf8, "marks": pl.List(pl.Int32),
+    "lead": pl.Int32, "base": pl.Int32, "explicit": pl.Boolean, "ttl_s": pl.Int32, "keys": pl.List(pl.Int64),
+    "diff": pl.Utf8,
+}
+
+
+def _prefix_frame(captured: pl.DataFrame | None, batch: dict[str, dict], mine: dict[str, Judged],
+                  diffs: dict[str, str]) -> pl.DataFrame:
+    """The prefix records as captured (a frame already) plus those built from bodies, with what
+    ingestion adds: the lineage, the entry keys, the diff."""
+    known = set(captured["call_id"]) if captured is not None else set()
+    built = [{key: row.get(key) for key in _PREFIX_SCHEMA} | {"clock_at": row["started_at"]}
+             for call_id, row in batch.items() if call_id not in known]
+    frames = [pl.DataFrame(built, schema=_PREFIX_SCHEMA)] if built else []
+    if captured is not None:
+        frames.insert(0, captured.select(list(_PREFIX_SCHEMA)).cast(_PREFIX_SCHEMA))
+    frame = pl.concat(frames) if len(frames) > 1 else frames[0]
+    ids = frame["call_id"].to_list()
+    added = pl.DataFrame({
+        "lineage": [batch[i]["lineage"] if i in batch else None for i in ids],
+        "keys": [mine[i].keys if i in mine else None for i in ids],
+        "diff": [diffs.get(i) for i in ids],
+    }, schema={"lineage": pl.Utf8, "keys": pl.List(pl.Int64), "diff": pl.Utf8})
+    return frame.with_columns(added)
+
+
+_COMPACTION_SCHEMA = {
+    "compaction_id": pl.Utf8, "run_id": pl.Utf8, "span_id": pl.Utf8, "occurred_at": pl.Utf8, "turn": pl.Int32,
+    "outcome": pl.Utf8, "tokens_before": pl.Int64, "tokens_after": pl.Int64, "limit_tokens": pl.Int64,
+    "summarised_turns": pl.Int32, "kept_turns": pl.Int32, "model": pl.Utf8, "cost_micros": pl.Int64,
+    "source": pl.Utf8, "detected": pl.Boolean, "before_call_id": pl.Utf8, "after_call_id": pl.Utf8,
+    "summary_call_id": pl.Utf8, "recache_write_tokens": pl.Int64, "recache_cost_micros": pl.Int64,
+}
+_SEARCH_US = 600 * 1_000_000  # a stored inferred compaction whose first call is gone from the window
+
+
+def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Judged]], bodies: dict[str, dict],
+                 since: datetime | None) -> dict[str, list[str]]:
+    """Infer the batch's compactions; fold each into the compaction its agent reported, if any, in
+    this batch or stored, and fold stored inferred ones into the reported ones this batch brings."""
+    reported = [{**row, "source": row.get("source") or "reported"}
+                for row in (frames["compaction"].iter_rows(named=True) if "compaction" in frames else [])]
+    # a run is one conversation or job; calls outside any run are one group per lineage
+    groups: dict[tuple[str, str | None], list[Judged]] = defaultdict(list)
+    for lineage, calls in judged.items():
+        for call in calls:
+            groups[(lineage, call.run_id)].append(call)
+    groups = {key: calls for key, calls in groups.items() if any(call.judge for call in calls)}
+    run_ids = sorted({run for _, run in groups if run} | {row["run_id"] for row in reported if row["run_id"]})
+    if not groups and not reported:
+        return {}
+    outputs: dict[str, dict[str, tuple]] = defaultdict(dict)
+    for row in (q.run_outputs(con, sorted({run for _, run in groups if run}), since).iter_rows(named=True)
+                if groups else ()):
+        outputs[row["run_id"]][row["call_id"]] = (row["started"], row["call_id"], row["output_text"],
+                                                  row["cost_micros"], row["model"])
+    for call in (frames["call"].iter_rows(named=True) if groups else ()):
+        if call["settled"]:
+            outputs[call["run_id"]][call["call_id"]] = (
+                _us(call["started_at"]) or 0, call["call_id"], (bodies.get(call["call_id"]) or {}).get("output_text"),
+                call["cost_micros"], call["model_served"] or call["model_requested"])
+    texts = {call_id: body.get("request_json") for call_id, body in bodies.items()}
+    events = [event for (_, run), calls in groups.items()
+              for event in compact.infer(calls, texts, list(outputs[run].values()))]
+    stored = q.run_compactions_all(con, run_ids).to_dicts()
+    candidates = reported + [row for row in stored if (row["source"] or "reported") == "reported"]
+    started = {call.call_id: call.started for calls in judged.values() for call in calls}
+    out: dict[str, dict] = {row["compaction_id"]: row for row in reported}
+    superseded: list[str] = []
+    taken: set[str] = set()
+    for event in events:
+        fields = {"detected": True, "before_call_id": event.before.call_id, "after_call_id": event.after.call_id,
+                  "summary_call_id": event.summary_call_id, "recache_write_tokens": event.after.write,
+                  "recache_cost_micros": event.after.write_micros}
+        match = next((row for row in candidates if row["run_id"] == event.after.run_id
+                      and row["compaction_id"] not in taken and _us(row["occurred_at"]) is not None
+                      and compact.matches(event, _us(row["occurred_at"]))), None)
+        if match is not None:
+            taken.add(match["compaction_id"])
+            out[match["compaction_id"]] = {**match, **fields}
+            continue
+        total = lambda call: call.input_tokens + call.read + call.write  # noqa: E731
+        out[f"inferred-{event.after.call_id}"] = {
+            "compaction_id": f"inferred-{event.after.call_id}", "run_id": event.after.run_id, "span_id": None,
+            "occurred_at": _iso(event.after.started), "turn": None, "outcome": "ok",
+            "tokens_before": total(event.before), "tokens_after": total(event.after), "limit_tokens": None,
+            "summarised_turns": event.summarised_turns, "kept_turns": event.kept_turns,
+            "model": event.summary_model, "cost_micros": event.summary_cost_micros, "source": "inferred", **fields}
+    # a reported compaction that arrives after its traffic was stored: it takes the inferred row's place
+    for row in reported:
+        if row["compaction_id"] in taken or _us(row["occurred_at"]) is None:
+            continue
+        at = _us(row["occurred_at"])
+        for other in stored:
+            after = _us(other["occurred_at"])
+            if other["source"] != "inferred" or other["run_id"] != row["run_id"] or other["compaction_id"] in superseded:
+                continue
+            first = started.get(other["before_call_id"], after - _SEARCH_US)
+            if first - compact._SLACK_US <= at <= after + compact._SLACK_US:
+                superseded.append(other["compaction_id"])
+                out[row["compaction_id"]] = {**row, **{key: other[key] for key in (
+                    "detected", "before_call_id", "after_call_id", "summary_call_id", "recache_write_tokens",
+                    "recache_cost_micros")}}
+                break
+    if out:
+        frames["compaction"] = pl.DataFrame([{key: _text(row.get(key)) for key in _COMPACTION_SCHEMA} for row in out.values()],
+                                            schema=_COMPACTION_SCHEMA)
+    return {"compaction": superseded} if superseded else {}
+
+
+def _text(value):
+    return value.isoformat() if isinstance(value, datetime) else value

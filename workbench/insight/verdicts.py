@@ -1,0 +1,258 @@
+"""Why a call read the prompt cache or missed it: one verdict per call, computed once at ingest.
+
+## Lineage: the calls one cache can serve
+
+A provider's prompt cache is shared by the requests of one organization to one model (OpenAI also
+splits it by `prompt_cache_key`). So a call's *lineage* is every call with the same provider, model
+(as requested, else as served) and cache scope (`prompt_cache_key` when sent), in the order of the
+provider's clock: its `Date` header, which a cassette keeps, so a replay is judged on the recorded
+timeline and gets the verdicts the live traffic got; the call's own start breaks ties and stands in
+when there is no header. A replayed call's lineage is its replay session (one cassette, one load of
+it): two replays of one cassette never see each other's entries.
+
+Within a lineage, the calls of the same run are compared first (a run is one conversation or one
+job); across runs, a call is compared with another only when the prefixes say so: they share a
+leading region, or the one region that differs is nearly the same text (a timestamp, an id).
+
+## Cache entries
+
+Replaying the lineage in clock order, each call leaves entries: the hashes of the prefixes the
+provider now holds, each alive until its life ends (5 minutes, 1 hour for a 1-hour write, 24 hours
+for OpenAI's extended retention), and each read renews the entry it read. Explicit caching
+(Anthropic) holds the prefixes that end at a call's marks when the call wrote or read; automatic
+caching (OpenAI and its followers) holds every prefix of a call at least the model's minimum long.
+
+## The verdict of a settled call, first match wins
+
+| verdict | when |
+|---|---|
+| `hit` | it read from the cache (the entry it read names the call that wrote it) |
+| `not_requested` | explicit caching, and the request has no mark |
+| `below_minimum` | nothing written, and its cacheable prefix (to its last mark; all of it, automatic) is under the model's minimum |
+| `unexplained` | an entry it could have read was alive: the provider evicted or routed elsewhere; the prompt is not to blame |
+| `expired` | an entry for its prefix existed, but its life had ended |
+| `prefix_changed` | an earlier call within the life shares only part of the prefix: the first region that differs is named |
+| `cold` | none of the above: this prefix was never sent before |
+
+Token counts per region are estimated from the region's bytes, scaled to the call's reported input.
+A miss costs what the call paid minus what it would have paid had its cacheable prefix (what it
+wrote, else the estimate) been read; a write is wasted when no later hit reads it before it expires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workbench.insight.prefix import Fingerprint
+from workbench.models import ModelSpec, Usage, price_with
+
+HIT, COLD, EXPIRED, CHANGED, BELOW, NOT_REQUESTED, UNEXPLAINED = (
+    "hit", "cold", "expired", "prefix_changed", "below_minimum", "not_requested", "unexplained")
+VERDICTS = (HIT, COLD, EXPIRED, CHANGED, BELOW, NOT_REQUESTED, UNEXPLAINED)
+_US = 1_000_000
+
+# the shortest prefix each provider caches, by model name (first match); a registry row's
+# `cache_min_tokens` wins. Anthropic documents 1024-4096 by model; OpenAI 1024.
+_MINIMUMS = (
+    ("claude-opus-4-5", 4096), ("claude-haiku-4-5", 4096), ("claude-3-haiku", 2048), ("claude-3-5-haiku", 2048),
+    ("claude-haiku-3", 2048), ("claude", 1024), ("gpt-", 1024), ("o1", 1024), ("o3", 1024), ("o4", 1024),
+    ("deepseek", 64),
+)
+
+
+def minimum_tokens(model: str | None, spec: ModelSpec | None) -> int:
+    if spec is not None and getattr(spec, "cache_min_tokens", None) is not None:
+        return spec.cache_min_tokens
+    name = (model or "").lower().rsplit("/", 1)[-1]
+    return next((tokens for prefix, tokens in _MINIMUMS if name.startswith(prefix)), 0)
+
+
+@dataclass(slots=True, eq=False)
+class Judged:
+    """One call on its lineage's timeline, and (for the calls of this batch) its verdict."""
+
+    call_id: str
+    run_id: str | None
+    clock: int  # µs, the provider's clock
+    started: int  # µs
+    settled: bool
+    input_tokens: int
+    read: int
+    write: int
+    write_1h: int
+    output_tokens: int
+    cost_micros: int | None
+    spec: ModelSpec | None
+    minimum: int
+    fp: Fingerprint
+    judge: bool  # in this batch: give it a verdict
+    cum: list[int] = field(default_factory=list)
+    est: list[int] = field(default_factory=list)  # estimated tokens of the prefix at each depth
+    keys: list[int] = field(default_factory=list)  # prefix hashes of the entries it left
+    verdict: str | None = None
+    region: int | None = None  # prefix_changed: the index of the first region that differs
+    entry_call: str | None = None
+    compared: Judged | None = None  # prefix_changed: the call it differs from
+    confirm: bool = False  # prefix_changed across conversations: only if the region's text is alike
+    miss_micros: int | None = None
+    write_micros: int | None = None
+    expires: int | None = None  # µs: a write's end of life
+
+    def __post_init__(self) -> None:
+        self.cum = self.fp.cumulative()
+        total, running = self.input_tokens + self.read + self.write, 0
+        size = sum(self.fp.sizes) or 1
+        for part in self.fp.sizes:
+            running += part
+            self.est.append(total * running // size)
+
+    @property
+    def depth(self) -> int:
+        """How many regions its cacheable prefix spans: to its last mark, or all (automatic)."""
+        if self.fp.explicit:
+            return self.fp.marks[-1] + 1 if self.fp.marks else 0
+        return len(self.fp.blocks)
+
+    def cached_depths(self) -> list[int]:
+        """The prefixes (depths) the provider holds after this call."""
+        if not self.settled:
+            return []
+        if self.fp.explicit:
+            if self.read + self.write == 0:
+                return []
+            return [mark + 1 for mark in self.fp.marks if self.est[mark] >= self.minimum or mark == self.fp.marks[-1]]
+        return [depth for depth in range(1, len(self.cum) + 1) if self.est[depth - 1] >= max(self.minimum, 1)]
+
+
+@dataclass(slots=True)
+class _Entry:
+    alive_until: int
+    writer: str
+
+
+@dataclass
+class Lineage:
+    """The state of one lineage's cache while its timeline is replayed."""
+
+    entries: dict[int, _Entry] = field(default_factory=dict)
+    by_prefix: dict[int, Judged] = field(default_factory=dict)  # prefix hash -> latest call that sent it
+    by_block: dict[tuple[int, int], Judged] = field(default_factory=dict)  # (index, region hash) -> latest
+    by_lead: dict[str, Judged] = field(default_factory=dict)  # the lead's shape -> latest call
+    older: dict[int, str] = field(default_factory=dict)  # entry keys seen before the loaded window -> call
+
+    def replay(self, calls: list[Judged]) -> None:
+        for call in sorted(calls, key=lambda c: (c.clock, c.started, c.call_id)):
+            if call.judge and call.settled and call.fp.blocks:
+                _judge(self, call)
+            self._remember(call)
+
+    def _remember(self, call: Judged) -> None:
+        ttl = call.fp.ttl_s * _US
+        for depth in call.cached_depths():
+            key = call.cum[depth - 1]
+            entry = self.entries.get(key)
+            if entry is None or entry.alive_until < call.clock:
+                # a new entry; a write after its end of life is a new entry too
+                self.entries[key] = _Entry(call.clock + ttl, call.call_id)
+            else:
+                entry.alive_until = call.clock + ttl
+            call.keys.append(key)
+        if call.keys:
+            call.keys = [call.keys[0], call.keys[-1]] if len(call.keys) > 1 else call.keys
+        for key in call.cum:
+            self.by_prefix[key] = call
+        lead = call.fp.lead
+        for index in range(lead, len(call.fp.blocks)):
+            self.by_block[(index, call.fp.blocks[index])] = call
+        self.by_lead[call.fp.kinds[:lead] + str(len(call.fp.blocks) > lead)] = call
+
+
+def _judge(state: Lineage, call: Judged) -> None:
+    depth = call.depth
+    if call.read > 0:
+        call.verdict = HIT
+        call.entry_call = _deepest(state, call, len(call.cum), alive=True)
+        return
+    if call.fp.explicit and depth == 0:
+        call.verdict = NOT_REQUESTED
+    elif call.write == 0 and call.est[depth - 1] < call.minimum:
+        call.verdict = BELOW
+    elif (found := _deepest(state, call, depth, alive=True)) is not None:
+        call.verdict, call.entry_call = UNEXPLAINED, found
+    elif (found := _deepest(state, call, depth, alive=False)) is not None:
+        call.verdict, call.entry_call = EXPIRED, found
+    elif (found := next((state.older[key] for key in reversed(call.cum[:depth]) if key in state.older), None)):
+        call.verdict, call.entry_call = EXPIRED, found
+    elif not _changed(state, call, depth):
+        call.verdict = COLD
+    _price(call, depth)
+
+
+def _deepest(state: Lineage, call: Judged, depth: int, alive: bool) -> str | None:
+    """The writer of the deepest entry for a prefix of `call` up to `depth`, alive (or dead) then."""
+    for index in range(min(depth, len(call.cum)) - 1, -1, -1):
+        entry = state.entries.get(call.cum[index])
+        if entry is not None and (entry.alive_until >= call.clock) == alive:
+            return entry.writer
+    return None
+
+
+def _shared(one: Judged, other: Judged) -> int:
+    shared = 0
+    for mine, theirs in zip(one.fp.blocks, other.fp.blocks):
+        if mine != theirs:
+            break
+        shared += 1
+    return shared
+
+
+def _changed(state: Lineage, call: Judged, depth: int) -> bool:
+    """Find the earlier call, within the life of its entries, that this one differs from in part;
+    True (and the verdict set) when there is one."""
+    since = call.clock - call.fp.ttl_s * _US
+    candidates = {id(other): other for other in (
+        *(state.by_prefix.get(key) for key in call.cum[:depth]),
+        *(state.by_block.get((index, call.fp.blocks[index])) for index in range(call.fp.lead, depth)),
+        state.by_lead.get(call.fp.kinds[:call.fp.lead] + str(len(call.fp.blocks) > call.fp.lead)),
+    ) if other is not None and other is not call and other.clock >= since and other.keys}
+    best, best_key = None, None
+    for other in candidates.values():
+        shared = _shared(call, other)
+        if shared >= depth or shared >= len(other.fp.blocks) or other.fp.kinds[shared:shared + 1] != call.fp.kinds[shared]:
+            continue  # the same prefix (not a change), or one only appends to the other
+        later = any(mine == theirs for mine, theirs in zip(call.fp.blocks[shared + 1:depth], other.fp.blocks[shared + 1:]))
+        in_lead = shared < call.fp.lead
+        if not (later or in_lead):
+            continue  # another conversation: its messages are its own, not a change of this one's
+        key = (other.run_id == call.run_id and call.run_id is not None, later, shared, other.clock)
+        if best_key is None or key > best_key:
+            best, best_key = other, key
+    if best is None:
+        return False
+    call.verdict, call.compared, call.entry_call = CHANGED, best, best.call_id
+    call.region = _shared(call, best)
+    # across conversations with nothing after it in common, a changed lead region counts only when
+    # its text is nearly the same (checked on the bodies)
+    call.confirm = not best_key[1]
+    return True
+
+
+def _price(call: Judged, depth: int) -> None:
+    if call.spec is None or call.cost_micros is None:
+        return
+    total = call.input_tokens + call.read + call.write
+    prefix = min(total, call.read + call.write if call.write else (call.est[depth - 1] if depth else 0))
+    hit = Usage(input_tokens=total - prefix, cache_read_tokens=prefix, output_tokens=call.output_tokens)
+    call.miss_micros = call.cost_micros - price_with(call.spec, hit).cost_micros
+
+
+def price_write(call: Judged) -> None:
+    """What the call's cache write cost, and when it expires unless read."""
+    if call.write and call.spec is not None:
+        written = Usage(cache_write_tokens=call.write, cache_write_1h_tokens=call.write_1h)
+        call.write_micros = price_with(call.spec, written).cost_micros
+    if call.write:
+        call.expires = call.clock + call.fp.ttl_s * _US
+
+
+__all__ = ["Judged", "Lineage", "VERDICTS", "minimum_tokens", "price_write"]

@@ -1,0 +1,162 @@
+"""Insight: what `workbench.insight` reads while it judges a batch at ingest, and what the pages and
+`workbench report cache --why` read of its verdicts and inferred compactions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import duckdb
+import polars as pl
+
+from workbench.store.queries._base import Filters, _MODEL, _frame, _q
+
+# -- read while a batch is judged (workbench/insight/ingest.py) -----------------------------------
+
+
+def lineage_history(con: duckdb.DuckDBPyConnection, lineages: list[str], since: datetime) -> pl.DataFrame:
+    """The stored calls of these lineages from `since` on (the provider's clock), with their prefixes
+    and usage: the timeline a batch's calls are judged against. Times in µs since the epoch."""
+    return _frame(con, """
+        SELECT p.call_id, p.lineage, epoch_us(p.clock_at) AS clock, epoch_us(c.started_at) AS started, c.run_id,
+               coalesce(c.settled, false) AS settled, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
+               c.cache_write_1h_tokens, c.output_tokens, c.cost_micros, c.price_source,
+               coalesce(c.model_requested, c.model_served) AS model, p.blocks, p.sizes, p.kinds, p.marks, p.lead, p.base,
+               p.explicit, p.ttl_s, p.scope
+        FROM call_prefixes p JOIN calls c USING (call_id)
+        WHERE list_contains($lineages, p.lineage) AND p.clock_at >= $since""",
+                  {"lineages": lineages, "since": since})
+
+
+def older_entries(con: duckdb.DuckDBPyConnection, lineages: list[str], keys: list[int], before: datetime) -> pl.DataFrame:
+    """For prefix hashes `keys`: the latest stored call before `before` that left a cache entry for
+    one of them, per lineage and key (an entry that long ago has expired)."""
+    return _frame(con, """
+        SELECT p.lineage, u.k AS key, arg_max(p.call_id, p.clock_at) AS call_id
+        FROM call_prefixes p, unnest(p.keys) AS u(k)
+        WHERE list_contains($lineages, p.lineage) AND p.clock_at < $before AND list_contains($keys, u.k)
+        GROUP BY ALL""", {"lineages": lineages, "keys": keys, "before": before})
+
+
+def stored_texts(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataFrame:
+    """Request bodies and output texts of stored calls, with the call's wire and model."""
+    return _frame(con, """
+        SELECT b.call_id, b.request_json, b.output_text, c.wire, coalesce(c.model_requested, c.model_served) AS model
+        FROM call_bodies b JOIN calls c USING (call_id) WHERE list_contains($ids, b.call_id)""", {"ids": call_ids})
+
+
+def run_outputs(con: duckdb.DuckDBPyConnection, run_ids: list[str], since: datetime) -> pl.DataFrame:
+    """The settled calls of these runs from `since` on, with their output text: where a summary may
+    have come from."""
+    return _frame(con, """
+        SELECT c.call_id, c.run_id, epoch_us(c.started_at) AS started, b.output_text, c.cost_micros,
+               coalesce(c.model_served, c.model_requested) AS model
+        FROM calls c JOIN call_bodies b USING (call_id)
+        WHERE list_contains($runs, c.run_id) AND c.started_at >= $since AND c.settled""",
+                  {"runs": run_ids, "since": since})
+
+
+def model_specs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The model rows calls were priced by, as recorded (JSON)."""
+    return _frame(con, "SELECT price_source, spec FROM models")
+
+
+def run_compactions_all(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.DataFrame:
+    """Every stored compaction row of these runs, reported and inferred, all columns."""
+    return _frame(con, "SELECT * FROM compactions WHERE list_contains($runs, run_id)", {"runs": run_ids})
+
+
+# -- pages and reports ---------------------------------------------------------------------------
+
+
+def miss_reasons(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+    """Settled calls judged at ingest, by verdict: calls, input tokens, and the money the misses lost
+    (paid minus what a hit on the same prefix would have paid; exact, per currency). Calls no verdict
+    was given (recorded before insight, or on a wire with no prompt cache) are `not_judged`."""
+    return _q(con, f, """
+        , by_verdict AS (
+            SELECT c.cache_verdict, c.currency, count(*) AS calls,
+                   sum(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens)::BIGINT AS input_tokens,
+                   sum(c.cache_read_tokens)::BIGINT AS cache_read_tokens, sum(c.cache_miss_micros)::BIGINT AS lost_micros,
+                   count(*) - count(c.cache_miss_micros) AS unpriced_calls
+            FROM fc c WHERE c.settled GROUP BY ALL)
+        SELECT coalesce(cache_verdict, 'not_judged') AS verdict, currency, calls, input_tokens, cache_read_tokens,
+               coalesce(lost_micros, 0)::BIGINT AS lost_micros,
+               CASE WHEN cache_verdict = 'hit' OR cache_verdict IS NULL THEN 0 ELSE unpriced_calls END AS unpriced_calls
+        FROM by_verdict ORDER BY lost_micros DESC, calls DESC""")
+
+
+def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
+    """The prompts whose prefix keeps changing: prefix_changed calls by prompt (or model, without a
+    declared prompt) and the region that changed, with the money those misses lost and one diff
+    (looked up for the few groups shown, not joined over every call)."""
+    return _q(con, f, f"""
+        , groups AS (
+            SELECT coalesce(c.prompt_id, '(no prompt)') AS prompt_id, c.prompt_version, {_MODEL} AS model,
+                   c.cache_region AS region, count(*) AS calls, coalesce(sum(c.cache_miss_micros), 0)::BIGINT AS lost_micros,
+                   any_value(c.currency) AS currency, max(c.call_id) AS example_call_id
+            FROM fc c WHERE c.cache_verdict = 'prefix_changed' GROUP BY ALL
+            ORDER BY lost_micros DESC, calls DESC LIMIT $limit)
+        SELECT g.* EXCLUDE (example_call_id), p.diff AS example_diff
+        FROM groups g LEFT JOIN call_prefixes p ON p.call_id = g.example_call_id
+        ORDER BY g.lost_micros DESC, g.calls DESC""", {"limit": limit})
+
+
+def write_waste(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+    """Cache writes by fate: `read` (a later hit read it), `wasted` (its life ended unread), `alive`
+    (unread, still in its life). Tokens and what the writes cost, per currency."""
+    return _q(con, f, """
+        SELECT CASE WHEN r.call_id IS NOT NULL THEN 'read'
+                    WHEN c.cache_expires_at < now() THEN 'wasted' ELSE 'alive' END AS fate,
+               c.currency, count(*) AS writes, sum(c.cache_write_tokens)::BIGINT AS write_tokens,
+               coalesce(sum(c.cache_write_micros), 0)::BIGINT AS write_micros
+        FROM fc c LEFT JOIN cache_reads r USING (call_id)
+        WHERE c.settled AND c.cache_write_tokens > 0 AND c.cache_verdict IS NOT NULL
+        GROUP BY ALL ORDER BY fate, currency""")
+
+
+def known_reads(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataFrame:
+    """Which of these cache writes are already known to have been read."""
+    return _frame(con, "SELECT call_id FROM cache_reads WHERE list_contains($ids, call_id)", {"ids": call_ids})
+
+
+def call_verdicts(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataFrame:
+    """The verdict of each of these calls, the region and diff behind a changed prefix, the entry it
+    read or could have read, and what its miss or write cost."""
+    return _frame(con, """
+        SELECT c.call_id, c.cache_verdict AS verdict, c.cache_region AS region, p.diff,
+               c.cache_entry_call_id AS entry_call_id, c.cache_miss_micros AS miss_micros,
+               c.cache_write_micros AS write_micros, p.lineage
+        FROM calls c LEFT JOIN call_prefixes p USING (call_id) WHERE list_contains($ids, c.call_id)""",
+                  {"ids": call_ids})
+
+
+def run_turn_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.DataFrame:
+    """The `agent.turn` events of these runs, in order, with their attributes as recorded (JSON)."""
+    return _frame(con, """
+        SELECT e.run_id, e.time, e.span_id, e.seq, e.attributes FROM span_events e
+        WHERE e.name = 'agent.turn' AND list_contains($ids, e.run_id) ORDER BY e.time, e.span_id, e.seq""",
+                  {"ids": run_ids})
+
+
+def compaction_sources(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+    """Reported and inferred compactions side by side: how many, the tokens each took out of every
+    later call of its run until the next one (`saved_tokens`), and what the summaries and the cache
+    writes they forced cost."""
+    return _q(con, f, """
+        , marked AS (
+            SELECT x.*, coalesce(x.source, 'reported') AS src,
+                   lead(x.occurred_at) OVER (PARTITION BY x.run_id ORDER BY x.occurred_at, x.compaction_id) AS next_at
+            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred'),
+        following AS (
+            SELECT m.compaction_id, count(c.call_id) AS later_calls
+            FROM marked m LEFT JOIN calls c ON c.run_id = m.run_id AND c.started_at >= m.occurred_at
+                 AND (m.next_at IS NULL OR c.started_at < m.next_at) AND c.settled
+            GROUP BY m.compaction_id)
+        SELECT m.src AS source, count(*) AS compactions,
+               count(*) FILTER (WHERE m.detected) AS seen_in_traffic,
+               coalesce(sum(m.tokens_before - m.tokens_after), 0)::BIGINT AS tokens_removed,
+               coalesce(sum((m.tokens_before - m.tokens_after) * f.later_calls), 0)::BIGINT AS saved_tokens,
+               coalesce(sum(m.cost_micros), 0)::BIGINT AS summary_micros,
+               coalesce(sum(m.recache_write_tokens), 0)::BIGINT AS recache_write_tokens,
+               coalesce(sum(m.recache_cost_micros), 0)::BIGINT AS recache_micros
+        FROM marked m JOIN following f USING (compaction_id) GROUP BY m.src ORDER BY m.src DESC""")
