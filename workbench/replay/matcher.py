@@ -60,27 +60,24 @@ class CassetteIndex:
             self.played.add(index)
             return index
 
-    def take_route(self, method: str, url: str, repeat: bool = True) -> int | None:
+    def take_route(self, method: str, url: str) -> int | None:
         """The first unplayed recording of the same method and path, whatever its body (vcrpy's
-        default matching); once all are played, the last one again when `repeat`."""
+        default matching, which plays each recording once)."""
         with self._lock:
             if self._by_route is None:
                 self._by_route = defaultdict(list)
                 for index, interaction in enumerate(self.interactions):
                     self._by_route[_route(interaction.request.method, interaction.request.uri)].append(index)
             route = _route(method, url)
-            indices = self._by_route.get(route)
-            if not indices:
-                return None
+            indices = self._by_route.get(route, [])
             position = self._route_next[route]  # what lies before it is played: played only grows
             while position < len(indices) and indices[position] in self.played:
                 position += 1
             self._route_next[route] = position
-            if position == len(indices) and not repeat:
+            if position == len(indices):
                 return None
-            index = indices[min(position, len(indices) - 1)]
-            self.played.add(index)
-            return index
+            self.played.add(indices[position])
+            return indices[position]
 
     def _rehash(self) -> None:
         """Also index each recording by the hash of the request it holds now (once, at the first
