@@ -183,7 +183,7 @@ def vcr(request: pytest.FixtureRequest, vcr_markers: list, record_mode: str, dis
                 record_mode=_VCRPY_MODE[mode])
     vcrpy.register_persister(_SharedFile(extras))
     request.config.hook.pytest_recording_configure(config=request.config, vcr=vcrpy)
-    options = {**merged, "record_mode": _VCRPY_MODE[mode],
+    options = {**merged, "record_mode": _VCRPY_MODE[mode], "cassette_library_dir": str(path.parent),
                # httpx and httpx2 are Workbench's: vcrpy patching them too would serve the LLM calls itself
                "skip_patchers": tuple({*merged.get("skip_patchers", ()), "httpx", "httpx2"})}
     match_on = merged.get("match_on", _VCRPY_DEFAULT_MATCH_ON)
