@@ -23,10 +23,11 @@ import os
 import openai
 
 
-def ask(text, **options):
+def ask(text, create=None, **options):
     client = openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", api_key="sk-secret-key-1234567890abcdef",
                            max_retries=0, **options)
-    reply = client.chat.completions.create(model="wbt-gpt", messages=[{"role": "user", "content": text}])
+    reply = client.chat.completions.create(model="wbt-gpt", messages=[{"role": "user", "content": text}],
+                                           **(create or {}))
     return reply.choices[0].message.content
 '''
 
@@ -115,9 +116,10 @@ def test_chat_and_weather():
 
 class TestGroup:
     @pytest.mark.vcr
-    def test_in_class(self, vcr):
+    def test_in_class(self, vcr, request):
         assert ask("grouped") == "echo: grouped"
         assert type(vcr).__module__ == "vcr.cassette"  # what pytest-recording's fixture gives
+        assert request.config._vcr_configured == 3  # the conftest's pytest_recording_configure, once a test
 '''
 
 CONFTEST = '''
@@ -254,6 +256,46 @@ def test_record_modes_map_onto_workbenchs_and_the_marker_beats_the_command_line(
     # --record-mode applies where neither vcr_config nor the marker names a mode
     _run(inner, "--record-mode=all", "-k", "cli_mode").assert_outcomes(passed=0, failed=1)
     assert "echo: old" in (folder / "test_cli_mode.yaml").read_text()
+
+
+FILTERS = '''
+import os
+
+import pytest
+
+from ask import ask
+
+
+def tag_response(response):
+    response["headers"]["x-filtered"] = ["yes"]
+    return response
+
+
+@pytest.mark.vcr(filter_post_data_parameters=["user"], before_record_response=tag_response)
+def test_filters():
+    # the request filter runs over the live request too, so a run with another user still matches
+    assert ask("filtered", create={"user": os.environ["USER_ID"]}) == "echo: filtered"
+
+
+@pytest.mark.vcr(ignore_localhost=True)
+def test_ignored_host_goes_live_unrecorded():
+    assert ask("local") == "echo: local"
+'''
+
+
+def test_vcr_filters_rewrite_what_workbench_records_and_matches(inner, monkeypatch, fake_provider):
+    inner.makepyfile(test_filters=FILTERS)
+    monkeypatch.setenv("USER_ID", "user-42")
+    _run(inner, "--record-mode=once").assert_outcomes(passed=2)
+    folder = inner.path / "cassettes" / "test_filters"
+    (recorded,) = load_cassette(folder / "test_filters.yaml")
+    assert "user" not in json.loads(recorded.request.body) and recorded.response.headers["x-filtered"] == ["yes"]
+    assert not (folder / "test_ignored_host_goes_live_unrecorded.yaml").exists()
+
+    monkeypatch.setenv("USER_ID", "user-7")
+    _run(inner).assert_outcomes(passed=2)  # in replay (none, the default): the ignored host live again
+    assert [request.json["messages"][0]["content"] for request in fake_provider.requests] == [
+        "filtered", "local", "local"]
 
 
 LOCATIONS = '''
