@@ -24,9 +24,11 @@ copy litellm ships in its wheel. Runs alternate (A, B, C, A, B, C, ...) so load 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -35,6 +37,7 @@ import tempfile
 import time
 import tomllib
 import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -96,15 +99,24 @@ def isolated() -> bool:
         ["unshare", "-n", "true"], capture_output=True).returncode == 0
 
 
-def run_suite(python: Path, project: Path, env: dict, offline: bool, junit: Path) -> tuple[float, str, dict]:
-    command = [str(python), "-m", "pytest", "tests/", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_suite(python: Path, project: Path, env: dict, offline: bool, junit: Path) -> tuple[float, float, str, dict]:
+    """Wall time, CPU time (the test process and the children it waited for: on a loaded machine the
+    steadier figure), pytest's summary line and every test's outcome."""
+    # -c: the project's own configuration, never that of a repository it is checked out inside
+    command = [str(python), "-m", "pytest", "-c", "pyproject.toml", "tests/", "-q", "-p", "no:cacheprovider",
+               f"--junitxml={junit}"]
     if offline:
         command = ["unshare", "-n", *command]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu()
     result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, _cpu() - cpu
     summary = [match.group(1) for line in result.stdout.splitlines() if (match := SUMMARY.match(line))]
-    return wall, summary[-1] if summary else result.stdout[-2000:], outcomes(junit)
+    return wall, cpu, summary[-1] if summary else result.stdout[-2000:], outcomes(junit)
 
 
 def outcomes(junit: Path) -> dict[str, str]:
@@ -119,13 +131,63 @@ def outcomes(junit: Path) -> dict[str, str]:
     return found
 
 
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} s ({min(values):.1f}-{max(values):.1f})"
+
+
+def _usual(runs: list[dict[str, str]]) -> dict[str, str]:
+    """Each test's most frequent outcome over the runs (a test that fails once in three is flaky, not failing)."""
+    return {test: Counter(run.get(test, "absent") for run in runs).most_common(1)[0][0] for test in runs[0]}
+
+
+def report(raw: dict) -> list[str]:
+    runs = raw["runs"]  # variant -> [{"wall", "cpu", "states"}]
+    reference = _usual([run["states"] for run in runs["pytest-recording"]])
+    lines = [
+        f"- project: genai-impact/ecologits at {raw['commit']} (`{SOURCE}`), its own `tests/` unchanged: "
+        f"{len(reference)} tests",
+        f"- environment A: {raw['versions']['A']}",
+        f"- environment B: {raw['versions']['B']} (this checkout)",
+        f"- offline: {'each run in its own network namespace (unshare -n): no network at all' if raw['offline'] else 'not isolated'}",
+        f"- load average at the end: {raw['load']}",
+        "",
+        "| variant | passed, per run | failed (run: test) | usual outcome of every test = pytest-recording's | "
+        "CPU time, median (min-max) | wall time, median (min-max) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, results in runs.items():
+        states = [result["states"] for result in results]
+        passed = ", ".join(str(sum(1 for state in run.values() if state == "passed")) for run in states)
+        failed = "; ".join(f"{index + 1}: {test}" for index, run in enumerate(states)
+                           for test, state in sorted(run.items()) if state in ("failure", "error")) or "none"
+        usual = _usual(states)
+        differing = sorted(test for test in set(reference) | set(usual) if usual.get(test) != reference.get(test))
+        same = "yes" if not differing else f"NO: {differing[:5]}"
+        lines.append(f"| {name} | {passed} | {failed} | {same} | {_spread([r['cpu'] for r in results])} | "
+                     f"{_spread([r['wall'] for r in results])} |")
+    lines.append(f"\n({len(runs['pytest-recording'])} runs of each, alternating. CPU: the test process and the "
+                 "children it waited for.)")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--project", type=Path, help="an ecologits checkout (default: clone it into benchmarks/out/)")
     parser.add_argument("--runs", type=int, default=3, help="runs of each variant")
+    parser.add_argument("--report", type=Path, help="only print the report of a previous run's raw results (JSON)")
     parser.add_argument("--append", action="store_true", help="append the results to benchmarks/RESULTS.md")
     args = parser.parse_args()
+    raw = json.loads(args.report.read_text()) if args.report else measure(args)
+    lines = report(raw)
+    print("\n".join(lines))
+    if args.append:
+        machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+        with (REPO / "benchmarks" / "RESULTS.md").open("a") as handle:
+            handle.write(f"\n## A real pytest-recording suite, with pytest-recording and with Workbench — {raw['stamp']}\n\n"
+                         f"- machine: {machine}\n- command: `{raw['command']}`\n" + "\n".join(lines) + "\n")
 
+
+def measure(args) -> dict:
     OUT.mkdir(parents=True, exist_ok=True)
     project = checkout(args.project)
     commit = subprocess.run(["git", "-C", project, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -140,49 +202,28 @@ def main() -> None:
         "Workbench": (with_workbench, {"WORKBENCH_DB": str(store / "wb.duckdb")}),
         "Workbench, capture off": (with_workbench, {"WORKBENCH_DB": str(store / "off.duckdb"), "WORKBENCH_CAPTURE": "false"}),
     }
-    walls: dict[str, list[float]] = {name: [] for name in variants}
-    seen: dict[str, dict] = {}
-    summaries: dict[str, str] = {}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
     for run in range(args.runs):
         for variant, (name, (python, extra)) in enumerate(variants.items()):
             tokenizers = next(python.parent.parent.glob("lib/python*/site-packages/litellm/litellm_core_utils/tokenizers"))
             env = {**base, **extra, "TIKTOKEN_CACHE_DIR": str(tokenizers)}
-            wall, summary, states = run_suite(python, project, env, offline, OUT / f"junit-{run}-{variant}.xml")
-            walls[name].append(wall)
-            seen.setdefault(name, states)
-            summaries[name] = summary
+            wall, cpu, summary, states = run_suite(python, project, env, offline, OUT / f"junit-{run}-{variant}.xml")
+            runs[name].append({"wall": wall, "cpu": cpu, "states": states})
             changed = subprocess.run(["git", "-C", project, "status", "--porcelain", "--untracked-files=no"],
                                      capture_output=True, text=True).stdout  # its cassettes above all
-            print(f"run {run + 1} {name}: {wall:.1f} s, {summary}" + (f"; CHANGED: {changed}" if changed else ""))
+            print(f"run {run + 1} {name}: {wall:.1f} s wall, {cpu:.1f} s CPU, {summary}" + (f"; CHANGED: {changed}" if changed else ""))
             if changed:
                 sys.exit(f"the project's checkout changed during a run: {changed}")
-
-    reference = seen["pytest-recording"]
-    lines = [
-        f"- project: genai-impact/ecologits at {commit} (`{SOURCE}`), its own `tests/` unchanged: "
-        f"{len(reference)} tests, {sum(1 for s in reference.values() if s == 'passed')} passing under pytest-recording",
-        f"- environment A: {versions(with_recording, ['pytest', 'pytest-recording', 'vcrpy', 'openai', 'anthropic'])}",
-        f"- environment B: {versions(with_workbench, ['pytest', 'pytest-recording', 'vcrpy', 'replay-workbench'])} "
-        f"(this checkout)",
-        f"- offline: {'each run in its own network namespace (unshare -n): no network at all' if offline else 'not isolated'}",
-        f"- load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}",
-        "",
-        "| variant | outcome | same results as pytest-recording | wall time, median (min-max) of runs |",
-        "|---|---|---|---|",
-    ]
-    for name, times in walls.items():
-        differing = sorted(test for test in reference if seen[name].get(test) != reference[test])
-        same = "yes" if not differing and set(seen[name]) == set(reference) else f"NO: {differing[:5]}"
-        lines.append(f"| {name} | {summaries[name]} | {same} | "
-                     f"{statistics.median(times):.1f} s ({min(times):.1f}-{max(times):.1f}), {len(times)} runs |")
-    print("\n".join(lines))
-    if args.append:
-        machine = f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        command = "python benchmarks/pytest_recording_suite.py " + " ".join(sys.argv[1:])
-        with (REPO / "benchmarks" / "RESULTS.md").open("a") as handle:
-            handle.write(f"\n## A real pytest-recording suite, with pytest-recording and with Workbench — {stamp}\n\n"
-                         f"- machine: {machine}\n- command: `{command}`\n" + "\n".join(lines) + "\n")
+    raw = {
+        "stamp": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python benchmarks/pytest_recording_suite.py " + " ".join(sys.argv[1:]),
+        "commit": commit, "offline": offline, "runs": runs,
+        "load": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
+        "versions": {"A": versions(with_recording, ["pytest", "pytest-recording", "vcrpy", "openai", "anthropic"]),
+                     "B": versions(with_workbench, ["pytest", "pytest-recording", "vcrpy", "replay-workbench"])},
+    }
+    (OUT / "pytest_recording_suite.json").write_text(json.dumps(raw, indent=1))
+    return raw
 
 
 if __name__ == "__main__":

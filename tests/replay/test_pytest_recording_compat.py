@@ -32,15 +32,19 @@ def ask(text, create=None, **options):
 '''
 
 
+LOGO = b"\x89PNG\r\n\x1a\n\x00\xff\xfe not text"
+
+
 class _Weather(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         self.server.hits += 1
-        body = json.dumps({"path": self.path, "temperature": 21}).encode()
+        binary = self.path.endswith(".png")
+        body = LOGO if binary else json.dumps({"path": self.path, "temperature": 21}).encode()
         self.send_response(200)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", "image/png" if binary else "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -114,12 +118,17 @@ def test_chat_and_weather():
     assert ask("weather?") == "echo: weather?"
 
 
+@pytest.mark.vcr
+def test_binary_download():
+    assert requests.get(os.environ["WEATHER_URL"] + "/logo.png").content == b"\\x89PNG\\r\\n\\x1a\\n\\x00\\xff\\xfe not text"
+
+
 class TestGroup:
     @pytest.mark.vcr
     def test_in_class(self, vcr, request):
         assert ask("grouped") == "echo: grouped"
         assert type(vcr).__module__ == "vcr.cassette"  # what pytest-recording's fixture gives
-        assert request.config._vcr_configured == 3  # the conftest's pytest_recording_configure, once a test
+        assert request.config._vcr_configured == 4  # the conftest's pytest_recording_configure, once a test
 '''
 
 CONFTEST = '''
@@ -141,12 +150,13 @@ def test_an_unchanged_pytest_recording_suite_records_then_passes_offline(inner, 
     inner.makepyfile(test_suite=SUITE)
     inner.makeconftest(CONFTEST)
     monkeypatch.setenv("WEATHER_URL", f"http://127.0.0.1:{weather.server_port}")
-    _run(inner, "--record-mode=once").assert_outcomes(passed=3)
-    assert len(fake_provider.requests) == 3 and weather.hits == 1
+    _run(inner, "--record-mode=once").assert_outcomes(passed=4)
+    assert len(fake_provider.requests) == 3 and weather.hits == 2
 
     folder = inner.path / "cassettes" / "test_suite"  # pytest-recording's default locations
     assert sorted(path.name for path in folder.iterdir()) == [
-        "TestGroup.test_in_class.yaml", "test_chat.yaml", "test_chat_and_weather.yaml"]
+        "TestGroup.test_in_class.yaml", "test_binary_download.yaml", "test_chat.yaml", "test_chat_and_weather.yaml"]
+    assert load_cassette(folder / "test_binary_download.yaml")[0].response.body == LOGO  # kept byte for byte
     chat = yaml.safe_load((folder / "test_chat.yaml").read_text())
     headers = chat["interactions"][0]["request"]["headers"]
     assert headers["x-team"] == ["REDACTED-TEAM"] and "authorization" not in {name.lower() for name in headers}
@@ -161,8 +171,8 @@ def test_an_unchanged_pytest_recording_suite_records_then_passes_offline(inner, 
     weather.shutdown()  # vcrpy's are bound to the URL (its default match_on), which stays, with no server behind
     weather.server_close()
     replayed = _run(inner)
-    replayed.assert_outcomes(passed=3)
-    assert len(fake_provider.requests) == 3 and weather.hits == 1
+    replayed.assert_outcomes(passed=4)
+    assert len(fake_provider.requests) == 3 and weather.hits == 2
 
 
 def test_without_body_in_match_on_a_changed_body_replays_in_order_and_is_reported(inner, monkeypatch):
@@ -233,6 +243,11 @@ def test_rewrite():
 @pytest.mark.vcr
 def test_cli_mode():
     assert ask("old") == "recorded: old"
+
+
+@pytest.mark.vcr(record_mode="sometimes")
+def test_bad_mode():
+    pass
 '''
 
 
@@ -242,8 +257,10 @@ def test_record_modes_map_onto_workbenchs_and_the_marker_beats_the_command_line(
     for name in ("test_none", "test_once_existing", "test_new_episodes", "test_all", "test_rewrite", "test_cli_mode"):
         _write_chat_cassette(folder / f"{name}.yaml", "old")
     result = _run(inner, "--record-mode=none")
-    result.assert_outcomes(passed=6, failed=1)
-    result.stdout.fnmatch_lines(["*workbench replay miss*", "WB_REPLAY_MISS*test_none.yaml*", "FAILED test_modes.py::test_none - *"])
+    result.assert_outcomes(passed=6, failed=1, errors=1)
+    result.stdout.fnmatch_lines(["*workbench replay miss*", "WB_REPLAY_MISS*test_none.yaml*", "FAILED test_modes.py::test_none - *",
+                                 "ERROR test_modes.py::test_bad_mode - *"])
+    assert "WB_CONFIG_INVALID: record_mode 'sometimes'" in result.stdout.str()
     assert sorted(request.json["messages"][0]["content"] for request in fake_provider.requests) == [
         "fresh", "new", "new", "new", "old"]
     assert _prompts(folder / "test_none.yaml") == ["old"]

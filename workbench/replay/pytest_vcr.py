@@ -139,7 +139,8 @@ def default_cassette_name(request: pytest.FixtureRequest) -> str:
     marker = request.node.get_closest_marker("default_cassette")
     if marker is not None:
         if not marker.args:
-            raise pytest.UsageError("pass the cassette name to @pytest.mark.default_cassette(NAME)")
+            raise WorkbenchError("WB_CONFIG_INVALID", f"@pytest.mark.default_cassette without a name in {request.node.nodeid}",
+                                 "pass the cassette name: @pytest.mark.default_cassette(\"NAME\")")
         return marker.args[0]
     name = f"{request.cls.__name__}.{request.node.name}" if request.cls else request.node.name
     for character in "<>?%*:|\"'/\\":
@@ -151,9 +152,8 @@ def default_cassette_name(request: pytest.FixtureRequest) -> str:
 def block_network(request: pytest.FixtureRequest, record_mode: str, vcr_markers: list) -> Iterator[None]:
     marker = request.node.get_closest_marker("block_network")
     if marker is not None and (marker.args or set(marker.kwargs) - {"allowed_hosts"}):
-        raise pytest.UsageError(
-            f"@pytest.mark.block_network takes only allowed_hosts=; got {marker.args!r} {marker.kwargs!r}"
-        )
+        raise WorkbenchError("WB_CONFIG_INVALID", f"@pytest.mark.block_network{marker.args!r} {marker.kwargs!r} "
+                             f"in {request.node.nodeid}", "give it allowed_hosts=[REGEX, ...] or nothing")
     recording = workbench_mode(request) in ("record", "rerecord", "live")
     if vcr_markers:
         recording = recording or _plan(request, vcr_markers, record_mode)[1] != "replay"
@@ -217,7 +217,8 @@ def _plan(request: pytest.FixtureRequest, markers: list, record_mode: str) -> tu
     if mode is None:
         mode = ("replay" if path.exists() else "record") if vcr_mode == "once" else _WORKBENCH_MODE.get(vcr_mode)
     if mode is None:
-        raise pytest.UsageError(f"record_mode {vcr_mode!r}: use one of {', '.join(RECORD_MODES)}")
+        raise WorkbenchError("WB_CONFIG_INVALID", f"record_mode {vcr_mode!r} (vcr_config or @pytest.mark.vcr) "
+                             f"in {request.node.nodeid}", f"use one of: {', '.join(RECORD_MODES)}")
     extras = [folder / extra for marker in markers for extra in marker.args]  # an absolute one stays absolute
     return path, mode, merged, extras
 
