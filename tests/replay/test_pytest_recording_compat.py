@@ -252,14 +252,14 @@ def test_bad_mode():
 
 
 def test_record_modes_map_onto_workbenchs_and_the_marker_beats_the_command_line(inner, fake_provider):
-    inner.makepyfile(test_modes=MODES)
-    folder = inner.path / "cassettes" / "test_modes"
+    inner.makepyfile(test_vcr_modes=MODES)
+    folder = inner.path / "cassettes" / "test_vcr_modes"
     for name in ("test_none", "test_once_existing", "test_new_episodes", "test_all", "test_rewrite", "test_cli_mode"):
         _write_chat_cassette(folder / f"{name}.yaml", "old")
     result = _run(inner, "--record-mode=none")
     result.assert_outcomes(passed=6, failed=1, errors=1)
-    result.stdout.fnmatch_lines(["*workbench replay miss*", "WB_REPLAY_MISS*test_none.yaml*", "FAILED test_modes.py::test_none - *",
-                                 "ERROR test_modes.py::test_bad_mode - *"])
+    result.stdout.fnmatch_lines(["*workbench replay miss*", "WB_REPLAY_MISS*test_none.yaml*", "FAILED test_vcr_modes.py::test_none - *",
+                                 "ERROR test_vcr_modes.py::test_bad_mode - *"])
     assert "WB_CONFIG_INVALID: record_mode 'sometimes'" in result.stdout.str()
     assert sorted(request.json["messages"][0]["content"] for request in fake_provider.requests) == [
         "fresh", "new", "new", "new", "old"]
