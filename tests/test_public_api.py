@@ -12,7 +12,7 @@ PINNED = [
     "AsyncReplayTransport", "Billed", "Budget", "Call", "Cassette", "Compaction", "Gateway",
     "HttpxRecordingTransport", "OpenAIProvider", "RecordingTransport", "ReplayTransport", "RetryPolicy", "Run",
     "Tool", "Usage", "WorkbenchError", "assert_suite", "async_http_client", "async_httpx_client", "billed_of",
-    "budget_scope", "configure", "define_eval", "define_prompt", "event", "flush", "http_client", "httpx_client",
+    "budget_scope", "cassette", "configure", "define_eval", "define_prompt", "event", "flush", "http_client", "httpx_client",
     "instrument", "llm", "llm_async", "register_model", "run", "tool", "uninstrument",
 ]
 

@@ -44,10 +44,11 @@ def project(tmp_path_factory) -> Path:
     return folder
 
 
-def environment(project: Path, **extra: str) -> dict[str, str]:
+def environment(project: Path, **extra: str | None) -> dict[str, str]:
+    """The environment of a newcomer's shell; a variable given as None is unset."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("WORKBENCH_")}
     env.update({"WORKBENCH_DB": str(project / ".workbench" / "workbench.duckdb"), **extra})
-    return env
+    return {key: value for key, value in env.items() if value is not None}
 
 
 def expected_exit(command: str) -> int:
@@ -127,19 +128,43 @@ def test_the_python_samples_capture_and_bill_through_the_real_sdk(project):
     assert result.stdout.splitlines()[1].split()[:2] == ["1", "0"]  # one call answered, none unsettled
 
 
-def test_the_pytest_plugin_sample_records_then_replays(project):
-    sample = next(body for body in blocks("python") if "workbench_cassette" in body)
+def record_then_replay(project: Path, sample_mark: str, test_file: str) -> None:
+    """A README pytest sample, run with the README's two commands: recorded against the fake
+    provider with a key, then replayed with neither the provider nor the key."""
+    sample = next(body for body in blocks("python") if sample_mark in body)
     tests = project / "tests"
     tests.mkdir(exist_ok=True)
-    (tests / "test_greeting.py").write_text(sample)
-    record, replay = [command for command in commands() if command.startswith("pytest tests/test_greeting.py")]
+    (tests / test_file).write_text(sample)
+    record, replay = [command for command in commands() if command.startswith(f"pytest tests/{test_file}")]
     with serve(FakeProvider()) as url:
         recorded = shell(record, project, OPENAI_BASE_URL=url + "/v1", OPENAI_API_KEY="sk-readme-test")
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
-    assert (project / "tests" / "cassettes" / "greeting.json").is_file()
-    # the provider is gone: the test passes from the cassette
-    replayed = shell(replay, project, OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="sk-other")
+    replayed = shell(replay, project, OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY=None)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+
+
+def test_the_pytest_plugin_sample_records_then_replays(project):
+    record_then_replay(project, "workbench_cassette", "test_greeting.py")
+    assert (project / "tests" / "cassettes" / "greeting.json").is_file()  # beside the test file
+
+
+def test_the_ambient_cassette_sample_records_then_replays(project):
+    sample = next(body for body in blocks("python") if "workbench.cassette(" in body)
+    (project / "ambient_app.py").write_text(sample)
+    with serve(FakeProvider()) as url:
+        recorded = shell(f"{sys.executable} ambient_app.py", project, OPENAI_BASE_URL=url + "/v1",
+                         OPENAI_API_KEY="sk-readme-test", WORKBENCH_RECORD_MODE="record")
+    assert recorded.returncode == 0, recorded.stderr
+    assert "Hello" in (project / "cassettes" / "app.json").read_text()
+    replayed = shell(f"{sys.executable} ambient_app.py", project, OPENAI_BASE_URL="http://127.0.0.1:9/v1",
+                     OPENAI_API_KEY="sk-other")
+    assert replayed.returncode == 0, replayed.stderr
+
+
+def test_the_pytest_recording_sample_records_then_passes_offline_with_the_network_blocked(project):
+    record_then_replay(project, "@pytest.mark.vcr", "test_summary.py")
+    cassette = (project / "tests" / "cassettes" / "test_summary" / "test_summary.yaml").read_text()
+    assert "Summarise" in cassette and "sk-readme-test" not in cassette
 
 
 def test_the_eval_and_cassette_commands_and_the_ci_job(project):

@@ -29,6 +29,7 @@ _EXPORTS = {
     "httpx_client": "workbench.replay.clients",
     "async_httpx_client": "workbench.replay.clients",
     "Cassette": "workbench.replay.session",
+    "cassette": "workbench.replay.ambient",
     "Gateway": "workbench.runtime",
     "OpenAIProvider": "workbench.runtime",
     "AnthropicProvider": "workbench.runtime",

@@ -16,6 +16,7 @@ CODES: dict[str, str] = {
     "WB_CASSETTE_NOT_FOUND": "a cassette file or folder does not exist",
     "WB_CASSETTE_SECRET": "a cassette holds a value that looks like a secret",
     "WB_REPLAY_MISS": "replay mode got a request that the cassette has no recording for",
+    "WB_NETWORK_BLOCKED": "a test under --block-network tried to connect to a host it does not allow",
     "WB_STORE_LOCKED": "the store stayed locked by another process past the retry window",
     "WB_STORE_INVALID": "the store file is not a Workbench store, or is newer than this version",
     "WB_STORE_UNWRITABLE": "the store cannot be created or written: a full disk, a read-only file system, permissions",

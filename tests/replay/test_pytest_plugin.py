@@ -81,3 +81,151 @@ def test_a_test_that_fails_anyway_shows_the_miss(pytester, monkeypatch, tmp_path
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*workbench replay miss*", "*WB_REPLAY_MISS*does not exist yet*"])
+
+
+APP = '''
+import os
+
+import openai
+
+# built at import, deep in the application, with no Workbench code: the SDK's own default client
+client = openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", max_retries=0)
+
+
+def greet(text):
+    return client.chat.completions.create(model="wbt-gpt", messages=[{"role": "user", "content": text}]).choices[0].message.content
+'''
+
+DEEP = '''
+import pytest
+
+
+def test_deep(workbench_cassette):
+    import app  # imported by the code under test, inside the test
+
+    assert app.greet("deep") == "echo: deep"
+
+
+@pytest.mark.workbench_cassette
+def test_marker_alone():
+    import app
+
+    assert app.greet("marker") == "echo: marker"
+'''
+
+
+def _inner_store(monkeypatch, tmp_path):
+    monkeypatch.setenv("WORKBENCH_DB", str(tmp_path / "inner" / "wb.duckdb"))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+
+
+def test_a_client_built_deep_in_the_application_replays_from_the_fixtures_cassette(
+        pytester, monkeypatch, tmp_path, fake_url, fake_provider):
+    _inner_store(monkeypatch, tmp_path)
+    pytester.makepyfile(app=APP, test_deep=DEEP)
+    monkeypatch.setenv("FAKE_URL", fake_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-recording-key")
+    recorded = pytester.runpytest_inprocess("--workbench-record-mode=record", "-p", "no:cacheprovider")
+    recorded.assert_outcomes(passed=2)
+    assert len(fake_provider.requests) == 2
+    cassettes = pytester.path / "cassettes" / "test_deep"
+    assert sorted(path.name for path in cassettes.iterdir()) == ["test_deep.json", "test_marker_alone.json"]
+    assert "sk-recording-key" not in (cassettes / "test_deep.json").read_text()
+
+    monkeypatch.setenv("FAKE_URL", "http://127.0.0.1:9")  # nothing listens there: replay or fail
+    monkeypatch.delenv("OPENAI_API_KEY")  # and no key: the SDK would refuse to start without one
+    replayed = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    replayed.assert_outcomes(passed=2)
+    assert len(fake_provider.requests) == 2
+
+
+NO_KEY = '''
+import os
+
+import openai
+
+
+def test_no_key(workbench_cassette):
+    client = openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", max_retries=0)
+    assert client.chat.completions.create(
+        model="wbt-gpt", messages=[{"role": "user", "content": "key?"}]).choices[0].message.content == "echo: key?"
+
+
+def test_the_dummy_key_is_gone_after_the_test():
+    assert os.environ.get("OPENAI_API_KEY") != "workbench-replay-needs-no-key"
+'''
+
+
+def test_replay_needs_no_key_and_record_gets_no_dummy(pytester, monkeypatch, tmp_path, fake_url):
+    _inner_store(monkeypatch, tmp_path)
+    pytester.makepyfile(test_nokey=NO_KEY)
+    monkeypatch.setenv("FAKE_URL", fake_url)
+    without_key = pytester.runpytest_inprocess("--workbench-record-mode=record", "-p", "no:cacheprovider")
+    without_key.assert_outcomes(passed=1, failed=1)  # recording needs the real key: no dummy is given
+    without_key.stdout.fnmatch_lines(["*OpenAIError*api_key*"])
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-recording-key")
+    pytester.runpytest_inprocess("--workbench-record-mode=record", "-p", "no:cacheprovider").assert_outcomes(passed=2)
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.setenv("FAKE_URL", "http://127.0.0.1:9")
+    pytester.runpytest_inprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+RELATIVE = '''
+import pytest
+
+from workbench.demo.fake_provider import FakeProvider, FakeTransport
+
+
+@pytest.mark.workbench_cassette("recorded/relative.json")
+def test_relative(workbench_cassette):
+    client = workbench_cassette.http_client(transport=FakeTransport(FakeProvider()))
+    assert client.post("http://fake.test/v1/chat/completions",
+                       json={"model": "wbt-gpt", "messages": [{"role": "user", "content": "where"}]}).status_code == 200
+'''
+
+
+def test_a_marker_path_is_relative_to_the_test_file_whatever_the_working_directory(pytester, monkeypatch, tmp_path):
+    _inner_store(monkeypatch, tmp_path)
+    folder = pytester.mkpydir("tests") / "sub"
+    folder.mkdir()
+    (folder / "test_relative.py").write_text(RELATIVE)
+    pytester.runpytest_inprocess("tests/sub/test_relative.py", "--workbench-record-mode=record",
+                                 "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert (folder / "recorded" / "relative.json").is_file()
+    assert not (pytester.path / "recorded").exists()
+
+    monkeypatch.chdir(folder)  # from the test's own folder, replay finds the same cassette
+    pytester.runpytest_inprocess("test_relative.py", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert sorted(path.name for path in folder.iterdir() if path.is_dir() and not path.name.startswith("_")) == ["recorded"]
+
+
+XDIST = '''
+import os
+
+import pytest
+
+
+@pytest.mark.parametrize("word", ["alpha", "beta", "gamma", "delta"])
+def test_word(workbench_cassette, word):
+    import app
+
+    with open(os.environ["WORKERS_FILE"], "a") as workers:
+        workers.write(os.environ.get("PYTEST_XDIST_WORKER", "none") + "\\n")
+    assert app.greet(word) == "echo: " + word
+'''
+
+
+def test_xdist_workers_keep_their_cassettes_apart(pytester, monkeypatch, tmp_path, fake_url):
+    _inner_store(monkeypatch, tmp_path)
+    pytester.makepyfile(app=APP, test_xdist=XDIST)
+    monkeypatch.setenv("FAKE_URL", fake_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-recording-key")
+    monkeypatch.setenv("WORKERS_FILE", str(tmp_path / "workers.txt"))
+    result = pytester.runpytest_subprocess("-n", "2", "--workbench-record-mode=record", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4)
+    assert set((tmp_path / "workers.txt").read_text().split()) == {"gw0", "gw1"}
+    for word in ("alpha", "beta", "gamma", "delta"):
+        recorded = json.loads((pytester.path / "cassettes" / "test_xdist" / f"test_word_{word}.json").read_text())
+        assert [json.loads(item["request"]["body"])["messages"][0]["content"]
+                for item in recorded["interactions"]] == [word]

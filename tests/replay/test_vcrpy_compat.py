@@ -58,3 +58,17 @@ def test_workbench_yaml_cassette_loads_and_replays_in_vcrpy(tmp_path):
         with httpx2.Client() as client:
             replayed = [client.post(url, json=body) for url, body in (CHAT, STREAM)]
     assert [(r.status_code, r.content) for r in replayed] == [(r.status_code, r.content) for r in recorded]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_binary_body_is_kept_byte_for_byte_and_vcrpy_reads_the_yaml_one(tmp_path, suffix):
+    from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse, load_cassette, write_cassette
+
+    image = b"\x89PNG\r\n\x1a\n\x00\xff\xfe"
+    path = tmp_path / f"binary{suffix}"
+    write_cassette(path, [Interaction(request=RecordedRequest(method="GET", uri="http://fake.test/logo.png"),
+                                      response=RecordedResponse(status=200, body=image))])
+    assert load_cassette(path)[0].response.body == image
+    if suffix == ".yaml":
+        with vcr.VCR(record_mode="none").use_cassette(str(path)) as cassette:
+            assert cassette.responses[0]["body"]["string"] == image

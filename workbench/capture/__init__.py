@@ -105,6 +105,11 @@ def _patched(original, recording, method):
     return handle_async_request
 
 
+def instrumented() -> bool:
+    """Is `instrument()` in effect (so that a scope that instruments for a while leaves it as found)?"""
+    return bool(_instrumented)
+
+
 def uninstrument() -> None:
     while _instrumented:
         cls, method, original = _instrumented.pop()
@@ -113,6 +118,6 @@ def uninstrument() -> None:
 __all__ = [
     "AsyncHttpxRecordingTransport", "AsyncRecordingTransport", "Billed", "HttpxRecordingTransport",
     "RecordingTransport", "Run", "async_http_client", "async_httpx_client", "billed_of", "configure",
-    "current_run", "event", "flush", "http_client", "httpx_client", "instrument", "recorder", "run",
+    "current_run", "event", "flush", "http_client", "httpx_client", "instrument", "instrumented", "recorder", "run",
     "uninstrument",
 ]

@@ -15,6 +15,7 @@ from types import ModuleType
 from opentelemetry import context as otel_context
 
 from workbench.capture.recorder import recorder
+from workbench.capture.route import routed
 from workbench.capture.runs import current_run
 from workbench.capture.tracing import tracer
 from workbench.store.spool import before_exit_flush
@@ -210,13 +211,16 @@ def build(httpx: ModuleType):
             self.cassette = cassette
 
         def handle_request(self, request):
-            if otel_context.get_value(_SUPPRESS) or not recorder().settings.capture:
+            if otel_context.get_value(_SUPPRESS):
                 return self.inner.handle_request(request)
+            inner = routed(self.inner, httpx, False)  # an ambient cassette's, while one is in scope
+            if not recorder().settings.capture:
+                return inner.handle_request(request)
             request.read()
             pending = Pending(request, self.cassette)
             token = RECORDING.set(True)
             try:
-                response = self.inner.handle_request(request)
+                response = inner.handle_request(request)
             except BaseException as exc:
                 _failed(pending, exc)
                 raise
@@ -235,13 +239,16 @@ def build(httpx: ModuleType):
             self.cassette = cassette
 
         async def handle_async_request(self, request):
-            if otel_context.get_value(_SUPPRESS) or not recorder().settings.capture:
+            if otel_context.get_value(_SUPPRESS):
                 return await self.inner.handle_async_request(request)
+            inner = routed(self.inner, httpx, True)
+            if not recorder().settings.capture:
+                return await inner.handle_async_request(request)
             await request.aread()
             pending = Pending(request, self.cassette)
             token = RECORDING.set(True)
             try:
-                response = await self.inner.handle_async_request(request)
+                response = await inner.handle_async_request(request)
             except BaseException as exc:
                 _failed(pending, exc)
                 raise

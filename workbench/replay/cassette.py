@@ -236,8 +236,19 @@ def load_cassette_with_meta(path: Path | str) -> tuple[list[Interaction], dict]:
 FORMAT_VERSION = 1  # Workbench's own key in the cassette; vcrpy ignores it
 
 
-def _text(body: bytes) -> str:
-    return body.decode("utf-8", "replace")
+def _text(body: bytes) -> str | bytes:
+    """Text when the body is UTF-8 (every LLM body), else the bytes themselves, never a lossy decode:
+    YAML writes them as `!!binary` (which vcrpy reads), JSON as `base64_string`."""
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body
+
+
+def _binary(value):
+    if isinstance(value, bytes):
+        return {"base64_string": base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def interaction_dict(interaction: Interaction) -> dict:
@@ -270,7 +281,7 @@ def dump_cassette(interactions: list[Interaction], fmt: str = "json", extra: dic
     }
     if fmt == "yaml":
         return yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False, allow_unicode=True)
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(data, indent=2, ensure_ascii=False, default=_binary) + "\n"
 
 
 def format_of(path: Path) -> str:

@@ -39,6 +39,8 @@ class CassetteIndex:
         self._lock = threading.Lock()
         self._stored_trusted = hashes is not None  # until a miss makes us look again
         self._words: list[frozenset[bytes]] = []  # word sets of request bodies, built at the first miss
+        self._by_route: dict[tuple[str, str], list[int]] | None = None  # built at the first take_route
+        self._route_next: dict[tuple[str, str], int] = defaultdict(int)
 
     def take(self, digest: str, repeat: bool = True) -> int | None:
         """The next unplayed recording of `digest`; once all are played, the last one again when
@@ -58,6 +60,25 @@ class CassetteIndex:
             self.played.add(index)
             return index
 
+    def take_route(self, method: str, url: str) -> int | None:
+        """The first unplayed recording of the same method and path, whatever its body (vcrpy's
+        default matching, which plays each recording once)."""
+        with self._lock:
+            if self._by_route is None:
+                self._by_route = defaultdict(list)
+                for index, interaction in enumerate(self.interactions):
+                    self._by_route[_route(interaction.request.method, interaction.request.uri)].append(index)
+            route = _route(method, url)
+            indices = self._by_route.get(route, [])
+            position = self._route_next[route]  # what lies before it is played: played only grows
+            while position < len(indices) and indices[position] in self.played:
+                position += 1
+            self._route_next[route] = position
+            if position == len(indices):
+                return None
+            self.played.add(indices[position])
+            return indices[position]
+
     def _rehash(self) -> None:
         """Also index each recording by the hash of the request it holds now (once, at the first
         miss): the stored hashes are trusted for speed, and a request edited by hand keeps its old
@@ -76,6 +97,8 @@ class CassetteIndex:
             index = len(self.interactions) - 1
             self._by_hash[digest].append(index)
             self._next[digest] = len(self._by_hash[digest])  # just recorded = already played
+            if self._by_route is not None:
+                self._by_route[_route(interaction.request.method, interaction.request.uri)].append(index)
             self.played.add(index)
             return index
 
@@ -131,6 +154,10 @@ def _words(body: bytes) -> frozenset[bytes]:
 
 def _path(uri: str) -> str:
     return urlsplit(uri).path
+
+
+def _route(method: str, uri: str) -> tuple[str, str]:
+    return method.upper(), _path(uri)
 
 
 def first_difference(recorded, requested, where: str = "body") -> str:

@@ -3,39 +3,99 @@ replay each test's LLM calls, and `--workbench-record-mode`.
 
     @pytest.mark.workbench_cassette("cassettes/checkout.json")   # optional: a path, mode="record"
     def test_checkout(workbench_cassette):
-        client = openai.OpenAI(http_client=workbench_cassette.http_client())
+        client = openai.OpenAI()    # or built anywhere in the application, before or during the test
 
-Without a path the cassette is `cassettes/<test module>/<test name>.json` beside the test file. A
-replay miss fails the test with the `WB_REPLAY_MISS` message itself."""
+While a test has a cassette (the fixture, or the marker alone), the cassette is ambient
+(`workbench.replay.ambient`): every client Workbench sees records into it and replays from it, and
+the SDKs' default clients are instrumented for the test. A path is relative to the test file;
+without one the cassette is `cassettes/<test module>/<test name>.json` beside the test file. In
+replay mode a test that has no API key gets a dummy one. A replay miss fails the test with the
+`WB_REPLAY_MISS` message itself.
+
+pytest-recording's marker, fixtures and options are served by `workbench.replay.pytest_vcr`."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 _MODES = ("replay", "record", "rerecord", "live")
+# the variables the official SDKs refuse to start without; a replayed call needs no key
+DUMMY_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+DUMMY_KEY = "workbench-replay-needs-no-key"
+_SESSIONS = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("workbench")
     group.addoption(
         "--workbench-record-mode", choices=_MODES, default=None,
-        help="cassette mode for workbench_cassette (default: WORKBENCH_RECORD_MODE, else replay)",
+        help="cassette mode for every test's cassette, workbench_cassette's and @pytest.mark.vcr's "
+             "(default: the marker's, else WORKBENCH_RECORD_MODE, else replay)",
     )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "workbench_cassette(path=None, mode=None): the cassette the workbench_cassette fixture uses"
+        "markers", "workbench_cassette(path=None, mode=None): the test's cassette (a path relative to the test file)"
     )
 
 
+def folder_of(node: pytest.Item) -> Path:
+    """The folder of the test file: relative cassette paths start there, never at the working directory."""
+    return Path(str(node.path)).parent
+
+
 def _default_path(request: pytest.FixtureRequest) -> Path:
-    test_file = Path(str(request.node.fspath))
+    test_file = Path(str(request.node.path))
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name).strip("_")
     return test_file.parent / "cassettes" / test_file.stem / f"{name}.json"
+
+
+def workbench_mode(request: pytest.FixtureRequest) -> str | None:
+    """The mode of the test's workbench_cassette, when it has one (None: it has none). Unset means
+    `WORKBENCH_RECORD_MODE`, else replay."""
+    marker = request.node.get_closest_marker("workbench_cassette")
+    if marker is None and "workbench_cassette" not in request.fixturenames:
+        return None
+    from workbench.config import settings
+
+    return (request.config.getoption("--workbench-record-mode") or (marker.kwargs.get("mode") if marker else None)
+            or settings().record_mode)
+
+
+@contextmanager
+def run_in_cassette(request: pytest.FixtureRequest, session) -> Iterator:
+    """Run the test inside `session`: ambient for every client Workbench sees, the SDKs' default
+    clients instrumented for the test (left as found), and dummy API keys while it replays."""
+    from workbench import capture
+    from workbench.replay.ambient import cassette
+
+    request.node.stash.setdefault(_SESSIONS, []).append(session)
+    instrumented = capture.instrumented()
+    if not instrumented:
+        capture.instrument()
+    dummies = [name for name in DUMMY_KEYS if not os.environ.get(name)] if session.mode == "replay" else []
+    for name in dummies:
+        os.environ[name] = DUMMY_KEY
+    try:
+        with cassette(session):
+            yield session
+    finally:
+        for name in dummies:
+            if os.environ.get(name) == DUMMY_KEY:
+                del os.environ[name]
+        if not instrumented:
+            capture.uninstrument()
+    reported = getattr(session, "_misses_reported", 0)
+    if len(session.misses) > reported:  # a miss after the test body (in another fixture's teardown)
+        session._misses_reported = len(session.misses)
+        pytest.fail(_miss_text(session.misses[reported]), pytrace=False)
 
 
 @pytest.fixture
@@ -44,16 +104,16 @@ def workbench_cassette(request: pytest.FixtureRequest):
 
     marker = request.node.get_closest_marker("workbench_cassette")
     path = marker.args[0] if marker and marker.args else (marker.kwargs.get("path") if marker else None)
-    path = Path(path) if path else _default_path(request)
-    if not path.is_absolute():
-        path = Path(str(request.config.rootpath)) / path
-    mode = request.config.getoption("--workbench-record-mode") or (marker.kwargs.get("mode") if marker else None)
-    cassette = Cassette(path, mode)
-    yield cassette
-    cassette.save()
-    reported = getattr(cassette, "_misses_reported", 0)
-    if len(cassette.misses) > reported:  # a miss after the test body (in another fixture's teardown)
-        pytest.fail(_miss_text(cassette.misses[reported]), pytrace=False)
+    path = folder_of(request.node) / path if path else _default_path(request)
+    with run_in_cassette(request, Cassette(path, workbench_mode(request))) as session:
+        yield session
+
+
+@pytest.fixture(autouse=True)
+def _workbench_cassette_marker(request: pytest.FixtureRequest) -> None:
+    """The marker alone gives the test its cassette, as requesting the fixture does."""
+    if request.node.get_closest_marker("workbench_cassette") is not None:
+        request.getfixturevalue("workbench_cassette")
 
 
 def _miss_text(miss) -> str:
@@ -67,14 +127,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     if call.when != "call":
         return
-    cassette = getattr(item, "funcargs", {}).get("workbench_cassette")
-    if cassette is None or not getattr(cassette, "misses", None):
+    missed = [session for session in item.stash.get(_SESSIONS, []) if session.misses]
+    if not missed:
         return
     report = outcome.get_result()
-    text = _miss_text(cassette.misses[0])
+    text = _miss_text(missed[0].misses[0])
     if report.passed:
         report.outcome = "failed"
         report.longrepr = text
     else:
         report.sections.append(("workbench replay miss", text))
-    cassette._misses_reported = len(cassette.misses)
+    for session in missed:
+        session._misses_reported = len(session.misses)

@@ -1,6 +1,10 @@
 """One cassette in use: its recordings indexed, the mode it is used in, what was played (for the
 stale-recording check) and what was recorded (saved atomically, merged under a file lock so several
-test workers can record into one cassette at once)."""
+test workers can record into one cassette at once).
+
+Options that exist for pytest-recording's sake (`workbench.replay.pytest_vcr`) are generic here:
+`also` (more cassettes to replay from, never written), `match_body=False` (vcrpy's default matchers
+ignore the body) and `filters` (vcrpy's `before_record_*` hooks and `filter_*` options)."""
 
 from __future__ import annotations
 
@@ -14,12 +18,16 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
-from workbench.replay.cassette import Interaction, load_cassette_with_meta, parse_cassette_with_meta, write_cassette
+from workbench.replay.cassette import (
+    Interaction, RecordedRequest, RecordedResponse, load_cassette_with_meta, parse_cassette_with_meta, write_cassette,
+)
 from workbench.replay.matcher import CassetteIndex
 from workbench.replay.scrub import BodyHook, scrub
 
@@ -39,8 +47,19 @@ def played_record_path(cassette: Path) -> Path:
     return Path(recorder().settings.db).parent / "replay" / f"{key}.json"
 
 
+class RecordFilter(Protocol):
+    """Rewrites what is matched and recorded (headers, query, body), before Workbench's own scrubbing."""
+
+    def request(self, request: RecordedRequest) -> RecordedRequest | None:
+        """The request as matched and recorded; None: it bypasses the cassette (sent, not recorded)."""
+
+    def response(self, response: RecordedResponse) -> RecordedResponse | None:
+        """The response as recorded; None: not recorded."""
+
+
 class Cassette:
-    def __init__(self, path: Path | str, mode: RecordMode | None = None, body_hook: BodyHook | None = None) -> None:
+    def __init__(self, path: Path | str, mode: RecordMode | None = None, body_hook: BodyHook | None = None, *,
+                 also: Sequence[Path | str] = (), match_body: bool = True, filters: RecordFilter | None = None) -> None:
         self.path = Path(path)
         self.mode: RecordMode = mode or settings().record_mode
         if self.mode not in MODES:
@@ -49,8 +68,13 @@ class Cassette:
             )
         self.body_hook = body_hook
         self.session = uuid.uuid4().hex  # this load: its replays are one cache lineage, apart from other loads
+        # False: a request whose body matches no recording replays the next unplayed recording of the
+        # same method and path, as vcrpy's default matchers (no body among them) would
+        self.match_body = match_body
+        self.filters = filters
         self.misses: list[WorkbenchError] = []
         self.recorded = 0
+        self.matched_without_body = 0
         self._saved_at = time.monotonic()
         self._lock = threading.Lock()
         interactions: list[Interaction] = []
@@ -65,6 +89,12 @@ class Cassette:
                 hashes = meta.get("request_hashes")
                 if not isinstance(hashes, list) or len(hashes) != len(interactions):
                     hashes = None
+            self.own = len(interactions)  # the recordings of this file; those of `also` follow them
+            for extra in map(Path, also if self.mode in ("replay", "record") else ()):
+                if extra.exists() and extra.resolve() != self.path.resolve():
+                    more = [scrub(item) for item in load_cassette_with_meta(extra)[0]]
+                    hashes = (hashes or [None] * len(interactions)) + [None] * len(more)
+                    interactions += more
             self.index = CassetteIndex(interactions, hashes)
         finally:
             if collecting:
@@ -151,17 +181,17 @@ class Cassette:
             lock = os.open(record.parent, os.O_RDONLY)
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                played = set(self.index.played)
+                played = {index for index in self.index.played if index < self.own}
                 try:
                     previous = json.loads(record.read_text())
-                    if previous.get("run") == _RUN and previous.get("interactions") == len(self.index.interactions):
+                    if previous.get("run") == _RUN and previous.get("interactions") == self.own:
                         played.update(previous.get("played", []))
                 except (OSError, ValueError, AttributeError):
                     pass
                 temporary = record.with_name(f".{record.name}.{os.getpid()}")
                 temporary.write_text(json.dumps({
                     "cassette": str(self.path.resolve()), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
-                    "interactions": len(self.index.interactions), "played": sorted(played),
+                    "interactions": self.own, "played": sorted(played),
                 }))
                 os.replace(temporary, record)
             finally:

@@ -107,10 +107,12 @@ def build(httpx: ModuleType):
             headers: dict[str, list[str]] = {}
             for name, value in self.response.headers.multi_items():
                 headers.setdefault(name, []).append(value)
-            self.cassette.record(Interaction(
-                request=self.request,
-                response=RecordedResponse(status=self.response.status_code, headers=headers, body=b"".join(self.parts)),
-            ))
+            response = RecordedResponse(status=self.response.status_code, headers=headers, body=b"".join(self.parts))
+            if self.cassette.filters is not None:
+                response = self.cassette.filters.response(response)
+                if response is None:
+                    return
+            self.cassette.record(Interaction(request=self.request, response=response))
 
     class _RecordingStream(httpx.SyncByteStream):
         def __init__(self, inner, recording: _Recording) -> None:
@@ -154,17 +156,21 @@ def build(httpx: ModuleType):
             finally:
                 await self._inner.aclose()
 
-    def _served(cassette: Cassette, request, body: bytes, stream_type: type):
+    def _served(cassette: Cassette, request: RecordedRequest, stream_type: type):
         """The response a cassette gives (a recording, or a miss in replay mode), or None: ask the
         network and record."""
-        digest = request_hash(request.method, str(request.url), body)
+        digest = request_hash(request.method, request.uri, request.body)
         if cassette.mode in ("replay", "record"):
-            index = cassette.index.take(digest, repeat=cassette.mode == "replay")
-            masked = masked_request_body(body) if index is None else body
-            if masked is not body:  # recorded with a pasted key masked: look for it as it was stored
-                masked_digest = request_hash(request.method, str(request.url), masked)
-                index = cassette.index.take(masked_digest, repeat=cassette.mode == "replay")
+            repeat = cassette.mode == "replay"
+            index = cassette.index.take(digest, repeat=repeat)
+            masked = masked_request_body(request.body) if index is None else request.body
+            if masked is not request.body:  # recorded with a pasted key masked: look for it as it was stored
+                masked_digest = request_hash(request.method, request.uri, masked)
+                index = cassette.index.take(masked_digest, repeat=repeat)
                 digest = masked_digest if index is not None else digest
+            if index is None and not cassette.match_body:  # unplayed ones only, as vcrpy plays each once
+                index = cassette.index.take_route(request.method, request.uri)
+                cassette.matched_without_body += index is not None
             if index is not None:
                 recorded = cassette.index.interactions[index].response
                 content_type = ", ".join(recorded.headers.get("content-type", recorded.headers.get("Content-Type", [])))
@@ -174,18 +180,20 @@ def build(httpx: ModuleType):
                     extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest, REPLAY_SESSION: cassette.session},
                 )
         if cassette.mode == "replay":
-            error = miss_error(cassette, request.method, str(request.url), body, digest)
+            error = miss_error(cassette, request.method, request.uri, request.body, digest)
             cassette.misses.append(error)
             headers = [("content-type", "application/json"), ("x-should-retry", "false"), (MISS_HEADER, error.code)]
             return httpx.Response(400, headers=headers, stream=stream_type([_miss_body(error)]),
                                   extensions={REQUEST_HASH: digest})
         return None
 
-    def _recorded_request(request, body: bytes) -> RecordedRequest:
+    def _recorded_request(cassette: Cassette, request, body: bytes) -> RecordedRequest | None:
+        """The request as the cassette matches and records it; None: it bypasses the cassette."""
         headers: dict[str, list[str]] = {}
         for name, value in request.headers.multi_items():
             headers.setdefault(name, []).append(value)
-        return RecordedRequest(method=request.method, uri=str(request.url), headers=headers, body=body)
+        recorded = RecordedRequest.model_construct(method=request.method, uri=str(request.url), headers=headers, body=body)
+        return recorded if cassette.filters is None else cassette.filters.request(recorded)
 
     class ReplayTransport(httpx.BaseTransport):
         def __init__(self, cassette: Cassette, inner=None) -> None:
@@ -193,12 +201,14 @@ def build(httpx: ModuleType):
             self.inner = inner if inner is not None else httpx.HTTPTransport()
 
         def handle_request(self, request):
-            body = scrub_body(request.read(), self.cassette.body_hook)
-            served = _served(self.cassette, request, body, _Replayed)
+            recorded = _recorded_request(self.cassette, request, scrub_body(request.read(), self.cassette.body_hook))
+            if recorded is None:
+                return self.inner.handle_request(request)
+            served = _served(self.cassette, recorded, _Replayed)
             if served is not None:
                 return served
             response = self.inner.handle_request(request)
-            recording = _Recording(self.cassette, _recorded_request(request, body), response)
+            recording = _Recording(self.cassette, recorded, response)
             return httpx.Response(
                 response.status_code, headers=response.headers,
                 stream=_RecordingStream(response.stream, recording), extensions=response.extensions,
@@ -214,12 +224,14 @@ def build(httpx: ModuleType):
             self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
 
         async def handle_async_request(self, request):
-            body = scrub_body(await request.aread(), self.cassette.body_hook)
-            served = _served(self.cassette, request, body, _AsyncReplayed)
+            recorded = _recorded_request(self.cassette, request, scrub_body(await request.aread(), self.cassette.body_hook))
+            if recorded is None:
+                return await self.inner.handle_async_request(request)
+            served = _served(self.cassette, recorded, _AsyncReplayed)
             if served is not None:
                 return served
             response = await self.inner.handle_async_request(request)
-            recording = _Recording(self.cassette, _recorded_request(request, body), response)
+            recording = _Recording(self.cassette, recorded, response)
             return httpx.Response(
                 response.status_code, headers=response.headers,
                 stream=_AsyncRecordingStream(response.stream, recording), extensions=response.extensions,
