@@ -8,7 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # kernel + wire → store → capture → replay → runtime → evaluate → cli, dashboards, demo
 LAYERS = {
-    "workbench.errors": 0, "workbench.money": 0, "workbench.models": 0, "workbench.config": 0, "workbench.ids": 0,
+    "workbench.errors": 0, "workbench.money": 0, "workbench.models": 0, "workbench.config": 0, "workbench.ids": 0, "workbench.locks": 0,
     "workbench.wire": 0, "workbench.store": 1, "workbench.capture": 2, "workbench.replay": 3,
     "workbench.runtime": 4, "workbench.evaluate": 5, "workbench.cli": 6, "workbench.__main__": 6, "workbench.demo": 6, "dashboards": 6,
 }

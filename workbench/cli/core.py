@@ -59,12 +59,12 @@ FormatOption = Annotated[str, typer.Option("--format", help="table, csv or json"
 
 def _read(db: Path | None, query):
     """Run `query(con)` on the store: pending spools ingested first, read-only, closed after."""
-    from workbench.config import settings
+    from workbench.config import settings, spool_dir_of
     from workbench.store import queries
 
     path = db or settings().db
     try:
-        spool = settings().resolved_spool_dir if db is None else path.parent / "spool"
+        spool = settings().resolved_spool_dir if db is None else spool_dir_of(path)
         return queries.read(path, spool, query, ingest_wait=True)
     except queries.StoreMissing:
         raise WorkbenchError(

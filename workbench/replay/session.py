@@ -5,7 +5,6 @@ test workers can record into one cassette at once)."""
 from __future__ import annotations
 
 import atexit
-import fcntl
 import gc
 import hashlib
 import json
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
+from workbench.locks import exclusive
 from workbench.replay.cassette import Interaction, load_cassette_with_meta, parse_cassette_with_meta, write_cassette
 from workbench.replay.matcher import CassetteIndex
 from workbench.replay.scrub import BodyHook, scrub
@@ -30,12 +30,17 @@ _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(dat
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
 
 
-def played_record_path(cassette: Path) -> Path:
-    """Where the last replay run's played interactions are kept (not beside the committed file)."""
-    key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
+def _working(cassette: Path, folder: str, suffix: str) -> Path:
+    """A file of the store's working folder kept for a cassette (never beside the committed file)."""
     from workbench.capture.recorder import recorder
 
-    return Path(recorder().settings.db).parent / "replay" / f"{key}.json"
+    key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
+    return recorder().settings.work_dir / folder / f"{key}{suffix}"
+
+
+def played_record_path(cassette: Path) -> Path:
+    """Where the last replay run's played interactions are kept."""
+    return _working(cassette, "replay", ".json")
 
 
 class Cassette:
@@ -113,10 +118,7 @@ class Cassette:
             self._save_played()
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # flock on the folder: no lock file is left beside committed cassettes
-        lock = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive(_working(self.path, "locks", ".cassette.lock")):
             on_disk, meta = (parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
                              if self.path.exists() else ([], {}))
             written = {"request_hashes": None}
@@ -133,9 +135,6 @@ class Cassette:
             known = stored + [None] * len(new) if isinstance(stored, list) and len(stored) == len(on_disk) else None
             written["request_hashes"] = CassetteIndex(merged, known).hashes  # not rehashed on every save
             write_cassette(self.path, merged, written)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            os.close(lock)
         self._save_played()
 
     def _save_played(self) -> None:
@@ -146,9 +145,7 @@ class Cassette:
         record = played_record_path(self.path)
         try:
             record.parent.mkdir(parents=True, exist_ok=True)
-            lock = os.open(record.parent, os.O_RDONLY)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with exclusive(_working(self.path, "locks", ".played.lock")):
                 played = set(self.index.played)
                 try:
                     previous = json.loads(record.read_text())
@@ -162,9 +159,6 @@ class Cassette:
                     "interactions": len(self.index.interactions), "played": sorted(played),
                 }))
                 os.replace(temporary, record)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-                os.close(lock)
         except OSError:
             pass  # the stale check is advisory; replay itself must not fail on it
 

@@ -4,17 +4,18 @@ transaction as its rows — a crash between the two cannot double-count."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
+import re
 from collections import defaultdict
-from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
+from workbench.config import spool_dir_of
 from workbench.errors import WorkbenchError
+from workbench.locks import exclusive
 from workbench.store.db import is_lock_error, open_store
 from workbench.store.records import TABLES
 
@@ -22,24 +23,6 @@ _POLARS_TYPES = {
     "VARCHAR": pl.Utf8, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "BOOLEAN": pl.Boolean,
     "VARCHAR[]": pl.List(pl.Utf8), "TIMESTAMP WITH TIME ZONE": pl.Utf8, "DOUBLE": pl.Float64,
 }
-
-
-@contextmanager
-def _exclusive(lock_path: Path, wait: bool):
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 def _pid_alive(name: str) -> bool:
@@ -189,12 +172,13 @@ def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
 
 def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool) -> int | None:
     spool_dir = Path(spool_dir)
-    if not spool_dir.is_dir():
+    legacy = _legacy_spools(Path(db_path), spool_dir)
+    if not spool_dir.is_dir() and not legacy:
         return 0
-    with _exclusive(spool_dir / ".ingest.lock", wait) as acquired:
+    with exclusive(spool_dir / ".ingest.lock", wait) as acquired:
         if not acquired:
             return None
-        files = sorted(spool_dir.glob("*.jsonl"))
+        files = sorted(spool_dir.glob("*.jsonl")) + legacy
         if not files:
             return 0
         try:
@@ -208,6 +192,18 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool) -> int | None:
             if not wait and is_lock_error(exc):
                 return None
             raise
+
+
+_SPOOL_FILE = re.compile(r".+-\d+-[0-9a-f]{8}\.jsonl")
+
+
+def _legacy_spools(db_path: Path, spool_dir: Path) -> list[Path]:
+    """Spool files that Workbench 0.1 wrote into a bare `spool/` folder beside the store, before
+    the store had a working folder: drained with the rest, so an upgrade loses no record."""
+    legacy = db_path.parent / "spool"
+    if spool_dir.resolve() != spool_dir_of(db_path).resolve() or not legacy.is_dir():
+        return []
+    return sorted(path for path in legacy.glob("*.jsonl") if _SPOOL_FILE.fullmatch(path.name))
 
 
 def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
