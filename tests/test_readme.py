@@ -1,5 +1,6 @@
 """Every command and code sample of the README, run as a newcomer would, in a copy of the project
-(the store in a temporary folder, the official SDKs pointed at the local fake provider)."""
+(the store in a temporary folder; the official SDKs pointed, as the README says, at the fake provider
+that `workbench fake-provider` serves)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-
-from fixtures.fake_server import serve
-from workbench.demo.fake_provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -65,6 +64,33 @@ def shell(command: str, project: Path, **extra: str) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=300)
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def fake_provider_env(project) -> Iterator[dict[str, str]]:
+    """`workbench fake-provider` started as the README starts it (on a free port instead of the
+    README's), and the variables the README exports, which must be the ones it prints."""
+    start = next(command for command in commands() if command.startswith("workbench fake-provider"))
+    readme_port = re.search(r"--port (\d+)", start).group(1)
+    exports = [command for command in commands() if command.startswith("export ")]
+    assert exports and all(readme_port in command for command in exports)
+    port = str(free_port())
+    process = subprocess.Popen([sys.executable, "-m", "workbench", *start.split()[1:-1], port], cwd=project,
+                               env=environment(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = [process.stdout.readline() for _ in range(5)]
+        assert [line.strip() for line in printed if line.startswith("export ")] == [
+            command.replace(readme_port, port) for command in exports], (printed, process.stderr.read())
+        yield dict(pair.replace(readme_port, port).split("=", 1) for command in exports for pair in command.split()[1:])
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def test_the_two_setup_commands_are_the_ones_ci_and_newcomers_run():
     assert SETUP_DEMO in commands() and SETUP_TESTS in commands()
     ci = (ROOT / ".ci" / "run").read_text()
@@ -89,9 +115,7 @@ def test_the_demo_then_every_report_command(project):
 
 
 def test_the_dashboard_command_serves_the_app(project):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     assert "workbench dashboard" in commands()
     process = subprocess.Popen(
         [sys.executable, "-m", "workbench", "dashboard", "--port", str(port)], cwd=project,
@@ -112,29 +136,25 @@ def test_the_dashboard_command_serves_the_app(project):
         process.wait(timeout=30)
 
 
-def test_the_python_samples_capture_and_bill_through_the_real_sdk(project):
+def test_the_python_samples_capture_and_bill_through_the_real_sdk(project, fake_provider_env):
     capture, billing = blocks("python")[:2]
     script = project / "sample.py"
     script.write_text(capture + "\n" + billing)
-    with serve(FakeProvider()) as url:
-        result = subprocess.run(
-            [sys.executable, str(script)], cwd=project, capture_output=True, text=True, timeout=120,
-            env=environment(project, OPENAI_BASE_URL=url + "/v1", OPENAI_API_KEY="sk-readme-test"),
-        )
+    result = subprocess.run([sys.executable, str(script)], cwd=project, capture_output=True, text=True, timeout=120,
+                            env=environment(project, **fake_provider_env))
     assert result.returncode == 0, result.stderr
     calls, cost = result.stdout.splitlines()[0].split()
     assert (int(calls), int(cost) > 0) == (1, True)
     assert result.stdout.splitlines()[1].split()[:2] == ["1", "0"]  # one call answered, none unsettled
 
 
-def test_the_pytest_plugin_sample_records_then_replays(project):
+def test_the_pytest_plugin_sample_records_then_replays(project, fake_provider_env):
     sample = next(body for body in blocks("python") if "workbench_cassette" in body)
     tests = project / "tests"
     tests.mkdir(exist_ok=True)
     (tests / "test_greeting.py").write_text(sample)
     record, replay = [command for command in commands() if command.startswith("pytest tests/test_greeting.py")]
-    with serve(FakeProvider()) as url:
-        recorded = shell(record, project, OPENAI_BASE_URL=url + "/v1", OPENAI_API_KEY="sk-readme-test")
+    recorded = shell(record, project, **fake_provider_env)
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     assert (project / "tests" / "cassettes" / "greeting.json").is_file()
     # the provider is gone: the test passes from the cassette
@@ -142,10 +162,10 @@ def test_the_pytest_plugin_sample_records_then_replays(project):
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
 
 
-def test_the_eval_and_cassette_commands_and_the_ci_job(project):
+def test_the_eval_and_cassette_commands_and_the_ci_job(project, fake_provider_env):
     for command in commands():
         if command.startswith(("workbench eval", "workbench check", "workbench cassettes")):
-            result = shell(command, project)
+            result = shell(command, project, **fake_provider_env)
             assert result.returncode == expected_exit(command), (command, result.stdout, result.stderr)
             assert "Traceback" not in result.stderr
     job = yaml.safe_load(next(body for body in blocks("yaml")))

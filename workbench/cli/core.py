@@ -1,33 +1,71 @@
-"""The command tree, the output conventions every command shares, and the one place errors are
-rendered, with one exit-code table (`WorkbenchError.exit_code`)."""
+"""The command tree, the conventions every command shares (options with a fixed set of values,
+one output convention: a table by default, `--format csv|json` to stdout), and the one place errors
+are rendered, with one exit-code table (`WorkbenchError.exit_code`).
+
+Text is never read as rich markup: the consoles print `[[model]]`, paths and case ids as they are;
+style comes from `Text` objects only."""
 
 from __future__ import annotations
 
 import atexit
 import gc
 import json
+import math
 import os
 import sys
 import threading
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from workbench.errors import WorkbenchError
 
+
+def choices(name: str, *values: str) -> type[Enum]:
+    """An option's fixed set of values: parsing checks it (before anything opens the store) and
+    `--help` lists it. Members compare equal to their strings; `.value` is the plain string."""
+    return Enum(name, {value: value for value in values}, type=str)
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from workbench import __version__
+
+        print(f"workbench {__version__}")
+        raise typer.Exit()
+
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Record, replay, evaluate and audit LLM calls.")
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="print the version and exit")] = False,
+) -> None:
+    """Record, replay, evaluate and audit LLM calls."""
+
+
 cassettes_app = typer.Typer(no_args_is_help=True, help="Inspect, check and export vcrpy cassettes.")
 app.add_typer(cassettes_app, name="cassettes")
 
 
 class _EvalGroup(typer.core.TyperGroup):
-    """`workbench eval SUITE ...` runs suites; `workbench eval compare|cases-from-runs` are commands."""
+    """`workbench eval SUITE ...` runs suites; `workbench eval compare|cases-from-runs` are commands.
+    `workbench eval --help` is the help of `run` (the options the README uses), ending with the
+    other commands."""
 
     def parse_args(self, ctx, args):
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+        if args and args[0] in ("--help", "-h"):
+            others = ", ".join(f"`{ctx.command_path} {name}`" for name in self.commands if name != "run")
+            self.commands["run"].epilog = f"`run` may be left out. Other commands: {others} (each has --help)."
+            args = ["run", *args]
+        elif not args or args[0] not in self.commands:
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
@@ -42,8 +80,8 @@ runs_app = typer.Typer(no_args_is_help=True, help="Captured runs: list them, sho
 app.add_typer(runs_app, name="runs")
 
 # wide enough for the tables when output goes to a pipe or a CI log
-console = Console(width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+console = Console(width=None if sys.stdout.isatty() else 140, markup=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140, markup=False)
 
 
 def _money(micros: int | None, currency: str | None = "USD", exact: bool = False) -> str:
@@ -52,9 +90,12 @@ def _money(micros: int | None, currency: str | None = "USD", exact: bool = False
     return (format_exact if exact else format_micros)(micros, currency or "USD")
 
 
+Format = choices("Format", "table", "csv", "json")
 DbOption = Annotated[Path | None, typer.Option(help="the store (default: the db setting)")]
 SinceOption = Annotated[str | None, typer.Option(help="only from this day on (YYYY-MM-DD)")]
-FormatOption = Annotated[str, typer.Option("--format", help="table, csv or json")]
+FormatOption = Annotated[Format, typer.Option("--format", help="a table, or CSV or JSON to stdout (money in exact micros)")]
+# a count anyone can mean; past it, a store would be asked to count beyond its integers
+LIMIT_MAX = 1_000_000_000
 
 
 def _read(db: Path | None, query):
@@ -84,28 +125,58 @@ def _filters(since: str | None):
         raise WorkbenchError("WB_CONFIG_INVALID", f"--since {since!r} is not a date", "use --since 2026-01-31") from None
 
 
-def _emit(frame, fmt: str, title: str) -> None:
-    """A frame as a table (money in currency), CSV or JSON (money as exact integer micros)."""
-    if fmt == "csv":
-        print(frame.write_csv(), end="")
-        return
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _emit(data, fmt: Format | str, title: str, empty: str | None = None) -> None:
+    """Rows (a polars frame or a list of dicts) as a table (money in currency), or as CSV or JSON on
+    stdout (money as exact integer micros, every field). Ids are printed whole, never cut."""
+    rows = data if isinstance(data, list) else data.to_dicts()
+    columns = list(rows[0]) if rows else ([] if isinstance(data, list) else list(data.columns))
     if fmt == "json":
-        print(json.dumps(frame.to_dicts(), indent=2, default=str))
+        print(json.dumps(rows, indent=2, default=_cell))
         return
-    if fmt != "table":
-        raise WorkbenchError("WB_CONFIG_INVALID", f"--format {fmt!r}", "use table, csv or json")
-    import polars as pl
+    if fmt == "csv":
+        import csv
 
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([_cell(row.get(name)) for name in columns] for row in rows)
+        return
+    if not rows:
+        console.print(empty or f"{title}: nothing recorded")
+        return
+    cells = [[_money(row.get(name)) if name.endswith("_micros") and row.get(name) is not None else _cell(row.get(name))
+              for name in columns] for row in rows]
     table = Table(title=title)
-    for name in frame.columns:
-        table.add_column(name.removesuffix("_micros"), justify="left" if frame[name].dtype == pl.Utf8 else "right")
-    for row in frame.iter_rows(named=True):
-        table.add_row(*[
-            _money(value) if name.endswith("_micros") and value is not None else ("" if value is None else str(value))
-            for name, value in row.items()
-        ])
-    console.print(table if frame.height else f"{title}: nothing recorded")
+    for index, name in enumerate(columns):
+        sample = next((row[name] for row in rows if row.get(name) is not None), None)
+        numeric = isinstance(sample, (int, float)) and not isinstance(sample, bool)
+        # an id or an amount is printed whole on one line, however narrow the terminal; other text folds
+        whole = name.endswith(("_id", "_micros"))
+        table.add_column(name.removesuffix("_micros"), justify="right" if numeric else "left", no_wrap=whole,
+                         overflow="fold", min_width=max(len(line[index]) for line in cells) if whole else None)
+    for line in cells:
+        table.add_row(*line)
+    console.print(table)
 
+
+def error_text(code: str, cause: str, fix: str, mark: str = "") -> Text:
+    """How every error reads: the code and the cause, then the fix on a line of its own (under a
+    `mark` such as a list's ✗), all literal."""
+    return Text.assemble((mark, "red"), (code, "bold red"), ": ", cause, "\n", " " * len(mark), ("fix:", "bold"), " ", fix)
+
+
+def finite(value: float | None) -> float | None:
+    """An option's number must be a number: nan and inf pass a range check, never this."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def main() -> None:
@@ -120,19 +191,30 @@ def _run() -> int:
         code = app(standalone_mode=False)
         return code if isinstance(code, int) else 0
     except WorkbenchError as exc:
-        err_console.print(f"[bold red]{exc.code}[/]: {exc.cause}\n[bold]fix:[/] {exc.fix}")
+        err_console.print(error_text(exc.code, exc.cause, exc.fix))
         return exc.exit_code
     except typer.Abort:
         return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception as exc:  # click usage errors carry their own exit code
+    except BrokenPipeError:  # `workbench runs list | head`: the reader has what it wanted
+        return 0
+    except OSError as exc:  # a path given on the command line that cannot be read or written
+        where = exc.filename if exc.filename is not None else "a file"
+        err_console.print(error_text("WB_PATH_INVALID", f"{where}: {exc.strerror or exc}",
+                                     "pass a file you can read (or, for an output, a file in a folder you can write)"))
+        return 2
+    except Exception as exc:  # the parser's own errors (a bad option, a value not among the choices)
         code = getattr(exc, "exit_code", None)
-        if code is None:
+        if code is None or not hasattr(exc, "format_message"):
             raise
-        if hasattr(exc, "show"):
-            exc.show()
-        return code
+        ctx = getattr(exc, "ctx", None)
+        if code == 0 or ctx is None or "NoArgsIsHelp" in type(exc).__name__:
+            exc.show()  # help asked for by giving no arguments: the help is the answer
+            return code
+        usage = ctx.get_usage().removeprefix("Usage: ")
+        err_console.print(error_text("WB_CLI_USAGE", exc.format_message(), f"{usage} (see `{ctx.command_path} --help`)"))
+        return 2
 
 
 def _exit(code: int) -> None:

@@ -156,6 +156,14 @@ def load_cassette_with_meta(path: Path | str) -> tuple[list[Interaction], dict]:
         raise WorkbenchError(
             "WB_CASSETTE_NOT_FOUND", f"no cassette at {path}", "record it: WORKBENCH_RECORD_MODE=record <your command>"
         ) from exc
+    except IsADirectoryError as exc:
+        raise WorkbenchError(
+            "WB_CASSETTE_NOT_FOUND", f"{path} is a folder, not a cassette file",
+            f"name one cassette in it, or check them all: workbench cassettes check {path}",
+        ) from exc
+    except OSError as exc:
+        raise WorkbenchError("WB_CASSETTE_INVALID", f"cannot read {path}: {exc.strerror or exc}",
+                             f"make {path} readable") from exc
     return parse_cassette_with_meta(text, str(path))
 
 

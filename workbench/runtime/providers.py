@@ -43,10 +43,13 @@ class Provider:
     wire = "unknown"
     path = ""
     key_env = ""
+    # like the official SDKs: the URL given, else this environment variable, else the public API
+    url_env = ""
+    default_url = ""
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | None = None,
         api_key: str | None = None,
         models: list[str] | tuple[str, ...] = (),
         *,
@@ -55,7 +58,7 @@ class Provider:
         timeout: float = 600.0,
         headers: dict[str, str] | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        self.base_url = (base_url or os.environ.get(self.url_env) or self.default_url).rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get(self.key_env, "")
         self.models = list(models)
         self.name = name or urlsplit(self.base_url).hostname or self.wire
@@ -145,8 +148,9 @@ class OpenAIProvider(Provider):
     wire = "openai.chat"
     path = "/chat/completions"
     key_env = "OPENAI_API_KEY"
+    url_env, default_url = "OPENAI_BASE_URL", "https://api.openai.com/v1"
 
-    def __init__(self, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
+    def __init__(self, base_url: str | None = None, api_key: str | None = None,
                  models: list[str] | tuple[str, ...] = (), *, max_tokens_param: str = "max_completion_tokens",
                  **options) -> None:
         super().__init__(base_url, api_key, models, **options)
@@ -209,9 +213,10 @@ class AnthropicProvider(Provider):
     wire = "anthropic.messages"
     path = "/v1/messages"
     key_env = "ANTHROPIC_API_KEY"
+    url_env, default_url = "ANTHROPIC_BASE_URL", "https://api.anthropic.com"
     version = "2023-06-01"
 
-    def __init__(self, base_url: str = "https://api.anthropic.com", api_key: str | None = None,
+    def __init__(self, base_url: str | None = None, api_key: str | None = None,
                  models: list[str] | tuple[str, ...] = (), **options) -> None:
         super().__init__(base_url, api_key, models, **options)
 

@@ -28,7 +28,7 @@ import polars as pl
 from workbench.store.queries._base import StoreMissing, Filters, scope, store_counts, filter_options, ingest_pending, read
 from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend_by_currency, currency_totals, spend_by_day, spend_by_model, model_totals, spend_by_prompt, prompt_totals, run_totals, top_run_names, top_runs, failure_totals, failed_runs, failures_by
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
-from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
+from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, resolve_run_id, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
 
 
 # -- pages ---------------------------------------------------------------------------------------
