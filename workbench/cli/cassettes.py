@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from workbench.cli.core import Format, FormatOption, _emit, _money, cassettes_app, console
+from workbench.cli.core import DbOption, Format, FormatOption, _emit, _money, cassettes_app, console
 from workbench.errors import WorkbenchError
 
 @cassettes_app.command("show")
@@ -101,8 +101,8 @@ def _line(fmt, *parts) -> None:
 @cassettes_app.command("export")
 def cassettes_export(
     out: Annotated[Path, typer.Argument(help="the cassette to write (.json or .yaml)")],
-    run_id: Annotated[str, typer.Option("--run", help="the id of a captured run")],
-    db: Annotated[Path | None, typer.Option(help="the store (default: the db setting)")] = None,
+    run_id: Annotated[str, typer.Option("--run", help="the id of a captured run, or its start")],
+    db: DbOption = None,
 ) -> None:
     """Turn a captured run into a cassette and an eval case, so a failure becomes a regression test."""
     from workbench.replay.export import export_run

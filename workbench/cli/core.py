@@ -91,7 +91,14 @@ def _money(micros: int | None, currency: str | None = "USD", exact: bool = False
 
 
 Format = choices("Format", "table", "csv", "json")
-DbOption = Annotated[Path | None, typer.Option(help="the store (default: the db setting)")]
+def a_file(path: Path | None) -> Path | None:
+    """An option that names a file must not name a folder (the store, a lock file)."""
+    if path is not None and path.is_dir():
+        raise typer.BadParameter(f"{path} is a folder, not a file")
+    return path
+
+
+DbOption = Annotated[Path | None, typer.Option(callback=a_file, help="the store (default: the db setting)")]
 SinceOption = Annotated[str | None, typer.Option(help="only from this day on (YYYY-MM-DD)")]
 FormatOption = Annotated[Format, typer.Option("--format", help="a table, or CSV or JSON to stdout (money in exact micros)")]
 # a count anyone can mean; past it, a store would be asked to count beyond its integers
@@ -133,11 +140,11 @@ def _cell(value) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
-def _emit(data, fmt: Format | str, title: str, empty: str | None = None) -> None:
-    """Rows (a polars frame or a list of dicts) as a table (money in currency), or as CSV or JSON on
-    stdout (money as exact integer micros, every field). Ids are printed whole, never cut."""
+def _emit(data, fmt: Format | str, title: str, columns: list[str] | None = None) -> None:
+    """Rows (a polars frame, or a list of dicts with these `columns`) as a table (money in currency),
+    or as CSV or JSON on stdout (money as exact integer micros, every field). Ids print whole."""
     rows = data if isinstance(data, list) else data.to_dicts()
-    columns = list(rows[0]) if rows else ([] if isinstance(data, list) else list(data.columns))
+    columns = list(rows[0]) if rows else (columns or ([] if isinstance(data, list) else list(data.columns)))
     if fmt == "json":
         print(json.dumps(rows, indent=2, default=_cell))
         return
@@ -149,7 +156,7 @@ def _emit(data, fmt: Format | str, title: str, empty: str | None = None) -> None
         writer.writerows([_cell(row.get(name)) for name in columns] for row in rows)
         return
     if not rows:
-        console.print(empty or f"{title}: nothing recorded")
+        console.print(f"{title}: nothing recorded")
         return
     cells = [[_money(row.get(name)) if name.endswith("_micros") and row.get(name) is not None else _cell(row.get(name))
               for name in columns] for row in rows]

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from workbench.cli.core import (
-    LIMIT_MAX, Format, FormatOption, _emit, _money, app, choices, console, err_console, error_text, eval_app, finite,
+    LIMIT_MAX, Format, FormatOption, _emit, _money, a_file, app, choices, console, err_console, error_text, eval_app, finite,
     prompts_app,
 )
 from workbench.errors import WorkbenchError
@@ -164,7 +164,7 @@ def eval_cases_from_runs(
 @app.command("check")
 def check_command(
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
-    lock: Annotated[Path, typer.Option(help="the prompts lock file")] = Path("evals/prompts.lock"),
+    lock: Annotated[Path, typer.Option(callback=a_file, help="the prompts lock file")] = Path("evals/prompts.lock"),
     cassettes: Annotated[Path, typer.Option(help="the folder of cassettes")] = Path("cassettes"),
     fmt: FormatOption = Format.table,
 ) -> None:
@@ -175,7 +175,7 @@ def check_command(
     problems = check_project(evals, lock, cassettes)
     if fmt != "table":
         _emit([{"code": problem.code, "cause": problem.cause, "fix": problem.fix, "exit_code": problem.exit_code}
-               for problem in problems], fmt, "problems")
+               for problem in problems], fmt, "problems", columns=["code", "cause", "fix", "exit_code"])
     for problem in problems:
         err_console.print(error_text(problem.code, problem.cause, problem.fix, mark="✗ "))
     if problems:
@@ -187,7 +187,7 @@ def check_command(
 @prompts_app.command("lock")
 def prompts_lock(
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
-    lock: Annotated[Path, typer.Option(help="the prompts lock file")] = Path("evals/prompts.lock"),
+    lock: Annotated[Path, typer.Option(callback=a_file, help="the prompts lock file")] = Path("evals/prompts.lock"),
 ) -> None:
     """Add every new prompt version to the lock file (a released version's hash never changes)."""
     from workbench.evaluate.prompts import prompts, write_lock

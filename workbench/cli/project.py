@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from workbench.cli.core import app, console, err_console
+from workbench.cli.core import DbOption, app, console, err_console
 from workbench.errors import WorkbenchError
 
 def dashboard_app() -> Path | None:
@@ -22,7 +22,7 @@ def dashboard_app() -> Path | None:
 
 @app.command("dashboard")
 def dashboard(
-    db: Annotated[Path | None, typer.Option(help="the store to show (default: the db setting)")] = None,
+    db: DbOption = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="the port to serve on")] = 8501,
     open_browser: Annotated[bool, typer.Option("--open/--no-open", help="open a browser tab")] = False,
 ) -> None:
@@ -51,7 +51,7 @@ def dashboard(
 @app.command("demo")
 def demo_command(
     seed: Annotated[int, typer.Option(help="the same seed gives the same figures")] = 7,
-    db: Annotated[Path | None, typer.Option(help="the store to fill (default: the db setting)")] = None,
+    db: DbOption = None,
 ) -> None:
     """Run a realistic workload against an embedded fake provider (no key, no network), gate the
     example suites, and summarize what the store now holds."""
