@@ -39,7 +39,10 @@ def dashboard(
         env["WORKBENCH_DB"] = str(db.resolve())
     command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.port", str(port),
                "--server.headless", str(not open_browser).lower(), "--browser.gatherUsageStats", "false",
-               "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"]
+               "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer",
+               # streamlit guesses "development mode" (which refuses --server.port) when it is not
+               # installed under a site-packages folder (a zipapp, a vendored or linked copy)
+               "--global.developmentMode", "false"]
     if os.name == "posix":  # become the server: signals (Ctrl-C, a supervisor's TERM) reach it directly
         os.execve(sys.executable, command, env)
     try:
