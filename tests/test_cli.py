@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from workbench.demo.examples import write_example
+
 ROOT = Path(__file__).resolve().parents[1]
 HOSTILE_NAME = "[[model]] [/x] [bold]nightly"
 
@@ -59,10 +61,9 @@ def store(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
+    """A copy of what a newcomer's checkout has: the example suites, cassettes and models."""
     folder = tmp_path_factory.mktemp("project")
-    for name in ("evals", "cassettes"):
-        shutil.copytree(ROOT / name, folder / name)
-    shutil.copy(ROOT / "models.toml", folder / "models.toml")
+    write_example(folder)
     return folder
 
 

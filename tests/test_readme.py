@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from workbench.demo.examples import write_example
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, re.DOTALL)
@@ -37,9 +39,7 @@ def commands() -> list[str]:
 def project(tmp_path_factory) -> Path:
     """A copy of what a newcomer's checkout has: the example suites, cassettes and models."""
     folder = tmp_path_factory.mktemp("project")
-    for name in ("evals", "cassettes"):
-        shutil.copytree(ROOT / name, folder / name)
-    shutil.copy(ROOT / "models.toml", folder / "models.toml")
+    write_example(folder)
     return folder
 
 

@@ -38,11 +38,17 @@ def project_for_demo(folder: Path) -> tuple[Path, bool]:
         return folder, False
     if any((folder / name).exists() for name in EXAMPLE):
         return example_project(), False
+    write_example(folder)
+    return folder, True
+
+
+def write_example(folder: Path) -> None:
+    """A copy of the example project in `folder`: `models.toml`, `evals/`, `cassettes/`."""
     source = example_project()
+    folder.mkdir(parents=True, exist_ok=True)
     shutil.copy2(source / "models.toml", folder / "models.toml")
     for name in ("evals", "cassettes"):
         shutil.copytree(source / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
-    return folder, True
 
 
 def fake_network() -> Network:
