@@ -91,6 +91,8 @@ def _money(micros: int | None, currency: str | None = "USD", exact: bool = False
 
 
 Format = choices("Format", "table", "csv", "json")
+
+
 def a_file(path: Path | None) -> Path | None:
     """An option that names a file must not name a folder (the store, a lock file)."""
     if path is not None and path.is_dir():
