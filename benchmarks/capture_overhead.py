@@ -25,9 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 SERVER = r"""
 import sys, time
-sys.path.insert(0, sys.argv[1])
-from fixtures import fake_server
-from fixtures.fake_server import FakeServer
+from workbench.demo import fake_server
+from workbench.demo.fake_server import FakeServer
 from workbench.demo.fake_provider import FakeProvider, Reply
 
 # answer in one round trip: without TCP_NODELAY the header and body writes meet the client's
@@ -83,7 +82,7 @@ def main() -> None:
 
     import workbench
 
-    server = subprocess.Popen([sys.executable, "-c", SERVER, str(REPO / "tests")], cwd=REPO,
+    server = subprocess.Popen([sys.executable, "-c", SERVER], cwd=REPO,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     base = server.stdout.readline().strip()
     url = base + "/v1/chat/completions"

@@ -45,7 +45,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # fixtures.fake_server (stdlib only)
 
 PEER_VENV = Path(os.environ.get("WB_BENCH_PEER_VENV", "/tmp/wb-bench-peers/venv"))
 PEER_NPM = Path(os.environ.get("WB_BENCH_PEER_NPM", "/tmp/wb-bench-peers/npm"))
@@ -162,7 +161,6 @@ def record(root: Path, name: str, network) -> float:
     """Record the suite's cassette and baseline (in a child process: a fresh prompt registry)."""
     code = textwrap.dedent(f"""
         import sys, time
-        sys.path.insert(0, {str(REPO / 'tests')!r})
         from pathlib import Path
         from workbench.evaluate.gate import evaluate
         from workbench.evaluate.suite import load_suites
@@ -218,7 +216,7 @@ def bench_workbench(root: Path, cases: int, repeats: int) -> dict:
 
 def host_independence(root: Path) -> dict:
     """Record over real HTTP on one port; replay on another port, then with the server gone."""
-    from fixtures.fake_server import serve
+    from workbench.demo.fake_server import serve
     from workbench.demo.answers import respond
     from workbench.demo.fake_provider import FakeProvider
 
@@ -264,7 +262,7 @@ def bench_inspect(root: Path, cases_file: Path, repeats: int) -> dict:
     inspect = PEER_VENV / "bin" / "inspect"
     if not inspect.exists():
         return {"error": f"not installed: {inspect} missing (pip install inspect-ai openai into {PEER_VENV})"}
-    from fixtures.fake_server import serve
+    from workbench.demo.fake_server import serve
     from workbench.demo.answers import respond
     from workbench.demo.fake_provider import FakeProvider
 
@@ -306,7 +304,7 @@ def bench_promptfoo(root: Path, cases_file: Path, repeats: int) -> dict:
     binary = PEER_NPM / "node_modules" / ".bin" / "promptfoo"
     if not binary.exists():
         return {"error": f"not installed: {binary} missing (npm install promptfoo in {PEER_NPM})"}
-    from fixtures.fake_server import serve
+    from workbench.demo.fake_server import serve
     from workbench.demo.answers import respond
     from workbench.demo.fake_provider import FakeProvider
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fixtures.fake_server import FakeServer  # tests/ is on sys.path (rootdir conftest, no __init__.py)
+from workbench.demo.fake_server import FakeServer
 from workbench.demo.fake_provider import FakeProvider
 
 

@@ -14,7 +14,7 @@ def workbench(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_show_json_gives_normalized_priced_calls():
-    result = workbench("cassettes", "show", str(FIXTURE), "--json", "--models", "models.toml")
+    result = workbench("cassettes", "show", str(FIXTURE), "--format", "json", "--models", "models.toml")
     assert result.returncode == 0, result.stderr
     (call,) = json.loads(result.stdout)
     assert call["wire"] == "anthropic.messages" and call["provider"] == "anthropic"

@@ -1,5 +1,6 @@
 """Every command and code sample of the README, run as a newcomer would, in a copy of the project
-(the store in a temporary folder, the official SDKs pointed at the local fake provider)."""
+(the store in a temporary folder; the official SDKs pointed, as the README says, at the fake provider
+that `workbench fake-provider` serves)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from fixtures.fake_server import serve
-from workbench.demo.fake_provider import FakeProvider
+from workbench.demo.examples import write_example
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -38,9 +39,7 @@ def commands() -> list[str]:
 def project(tmp_path_factory) -> Path:
     """A copy of what a newcomer's checkout has: the example suites, cassettes and models."""
     folder = tmp_path_factory.mktemp("project")
-    for name in ("evals", "cassettes"):
-        shutil.copytree(ROOT / name, folder / name)
-    shutil.copy(ROOT / "models.toml", folder / "models.toml")
+    write_example(folder)
     return folder
 
 
@@ -64,6 +63,33 @@ def shell(command: str, project: Path, **extra: str) -> subprocess.CompletedProc
     command = re.sub(r"^pytest\b", f"{sys.executable} -m pytest", command)
     return subprocess.run(command, shell=True, cwd=project, env=environment(project, **extra),
                           capture_output=True, text=True, timeout=300)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def fake_provider_env(project) -> Iterator[dict[str, str]]:
+    """`workbench fake-provider` started as the README starts it (on a free port instead of the
+    README's), and the variables the README exports, which must be the ones it prints."""
+    start = next(command for command in commands() if command.startswith("workbench fake-provider"))
+    readme_port = re.search(r"--port (\d+)", start).group(1)
+    exports = [command for command in commands() if command.startswith("export ")]
+    assert exports and all(readme_port in command for command in exports)
+    port = str(free_port())
+    process = subprocess.Popen([sys.executable, "-m", "workbench", *start.split()[1:-1], port], cwd=project,
+                               env=environment(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        printed = [process.stdout.readline() for _ in range(5)]
+        assert [line.strip() for line in printed if line.startswith("export ")] == [
+            command.replace(readme_port, port) for command in exports], (printed, process.stderr.read())
+        yield dict(pair.replace(readme_port, port).split("=", 1) for command in exports for pair in command.split()[1:])
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def test_the_two_setup_commands_are_the_ones_ci_and_newcomers_run():
@@ -90,9 +116,7 @@ def test_the_demo_then_every_report_command(project):
 
 
 def test_the_dashboard_command_serves_the_app(project):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     assert "workbench dashboard" in commands()
     process = subprocess.Popen(
         [sys.executable, "-m", "workbench", "dashboard", "--port", str(port)], cwd=project,
@@ -113,47 +137,41 @@ def test_the_dashboard_command_serves_the_app(project):
         process.wait(timeout=30)
 
 
-def test_the_python_samples_capture_and_bill_through_the_real_sdk(project):
+def test_the_python_samples_capture_and_bill_through_the_real_sdk(project, fake_provider_env):
     capture, billing = blocks("python")[:2]
     script = project / "sample.py"
     script.write_text(capture + "\n" + billing)
-    with serve(FakeProvider()) as url:
-        result = subprocess.run(
-            [sys.executable, str(script)], cwd=project, capture_output=True, text=True, timeout=120,
-            env=environment(project, OPENAI_BASE_URL=url + "/v1", OPENAI_API_KEY="sk-readme-test"),
-        )
+    result = subprocess.run([sys.executable, str(script)], cwd=project, capture_output=True, text=True, timeout=120,
+                            env=environment(project, **fake_provider_env))
     assert result.returncode == 0, result.stderr
     calls, cost = result.stdout.splitlines()[0].split()
     assert (int(calls), int(cost) > 0) == (1, True)
     assert result.stdout.splitlines()[1].split()[:2] == ["1", "0"]  # one call answered, none unsettled
 
 
-def record_then_replay(project: Path, sample_mark: str, test_file: str) -> None:
+def record_then_replay(project: Path, env: dict[str, str], sample_mark: str, test_file: str) -> None:
     """A README pytest sample, run with the README's two commands: recorded against the fake
-    provider with a key, then replayed with neither the provider nor the key."""
+    provider the README starts, then replayed with neither the provider nor the key."""
     sample = next(body for body in blocks("python") if sample_mark in body)
     tests = project / "tests"
     tests.mkdir(exist_ok=True)
     (tests / test_file).write_text(sample)
     record, replay = [command for command in commands() if command.startswith(f"pytest tests/{test_file}")]
-    with serve(FakeProvider()) as url:
-        recorded = shell(record, project, OPENAI_BASE_URL=url + "/v1", OPENAI_API_KEY="sk-readme-test")
+    recorded = shell(record, project, **env)
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     replayed = shell(replay, project, OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY=None)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
 
 
-def test_the_pytest_plugin_sample_records_then_replays(project):
-    record_then_replay(project, "workbench_cassette", "test_greeting.py")
+def test_the_pytest_plugin_sample_records_then_replays(project, fake_provider_env):
+    record_then_replay(project, fake_provider_env, "workbench_cassette", "test_greeting.py")
     assert (project / "tests" / "cassettes" / "greeting.json").is_file()  # beside the test file
 
 
-def test_the_ambient_cassette_sample_records_then_replays(project):
+def test_the_ambient_cassette_sample_records_then_replays(project, fake_provider_env):
     sample = next(body for body in blocks("python") if "workbench.cassette(" in body)
     (project / "ambient_app.py").write_text(sample)
-    with serve(FakeProvider()) as url:
-        recorded = shell(f"{sys.executable} ambient_app.py", project, OPENAI_BASE_URL=url + "/v1",
-                         OPENAI_API_KEY="sk-readme-test", WORKBENCH_RECORD_MODE="record")
+    recorded = shell(f"{sys.executable} ambient_app.py", project, **fake_provider_env, WORKBENCH_RECORD_MODE="record")
     assert recorded.returncode == 0, recorded.stderr
     assert "Hello" in (project / "cassettes" / "app.json").read_text()
     replayed = shell(f"{sys.executable} ambient_app.py", project, OPENAI_BASE_URL="http://127.0.0.1:9/v1",
@@ -161,16 +179,16 @@ def test_the_ambient_cassette_sample_records_then_replays(project):
     assert replayed.returncode == 0, replayed.stderr
 
 
-def test_the_pytest_recording_sample_records_then_passes_offline_with_the_network_blocked(project):
-    record_then_replay(project, "@pytest.mark.vcr", "test_summary.py")
+def test_the_pytest_recording_sample_records_then_passes_offline_with_the_network_blocked(project, fake_provider_env):
+    record_then_replay(project, fake_provider_env, "@pytest.mark.vcr", "test_summary.py")
     cassette = (project / "tests" / "cassettes" / "test_summary" / "test_summary.yaml").read_text()
-    assert "Summarise" in cassette and "sk-readme-test" not in cassette
+    assert "Summarise" in cassette and fake_provider_env["OPENAI_API_KEY"] not in cassette
 
 
-def test_the_eval_and_cassette_commands_and_the_ci_job(project):
+def test_the_eval_and_cassette_commands_and_the_ci_job(project, fake_provider_env):
     for command in commands():
         if command.startswith(("workbench eval", "workbench check", "workbench cassettes")):
-            result = shell(command, project)
+            result = shell(command, project, **fake_provider_env)
             assert result.returncode == expected_exit(command), (command, result.stdout, result.stderr)
             assert "Traceback" not in result.stderr
     job = yaml.safe_load(next(body for body in blocks("yaml")))

@@ -24,7 +24,7 @@ class Settings(BaseModel):
 
     db: Path = Field(Path(".workbench/workbench.duckdb"), description="the DuckDB store file")
     spool_dir: Path | None = Field(
-        None, description="where recording processes append their spool files (default: beside the db)"
+        None, description="where recording processes append their spool files (default: the store's working folder)"
     )
     flush_interval_s: float = Field(
         0.5, ge=0.01, le=60,
@@ -38,8 +38,25 @@ class Settings(BaseModel):
     capture: bool = Field(True, description="record calls into the store (false: pass through)")
 
     @property
+    def work_dir(self) -> Path:
+        return work_dir_of(self.db)
+
+    @property
     def resolved_spool_dir(self) -> Path:
-        return self.spool_dir or self.db.parent / "spool"
+        return self.spool_dir or spool_dir_of(self.db)
+
+
+def work_dir_of(db: Path) -> Path:
+    """The one folder Workbench owns beside a store, named after it (`orders.duckdb` →
+    `orders.duckdb.workbench/`): the spools not ingested yet, the replay state and the lock files,
+    never loose `spool/` and `replay/` folders in whatever folder holds the store."""
+    db = Path(db)
+    return db.with_name(db.name + ".workbench")
+
+
+def spool_dir_of(db: Path) -> Path:
+    """Where the processes recording into store `db` spool, unless the spool_dir setting says."""
+    return work_dir_of(db) / "spool"
 
 
 def _pyproject_table(start: Path) -> tuple[dict, Path | None]:

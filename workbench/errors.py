@@ -9,6 +9,8 @@ from __future__ import annotations
 # code -> one line: what it means. Exit code 2 (could not judge) unless EXIT_CODES says otherwise.
 CODES: dict[str, str] = {
     "WB_CONFIG_INVALID": "a setting in [tool.workbench] or a WORKBENCH_* variable has a wrong value",
+    "WB_CLI_USAGE": "a command got an option or argument it does not take, or a value it does not accept",
+    "WB_PATH_INVALID": "a file or folder given to a command cannot be read or written",
     "WB_MODELS_INVALID": "models.toml (or a register_model call) has a malformed row",
     "WB_MODEL_UNKNOWN": "a model is not in the model registry, so it cannot be routed or priced",
     "WB_MODEL_UNRESOLVED": "no model was given by the call, the prompt or the gateway default",
@@ -21,6 +23,8 @@ CODES: dict[str, str] = {
     "WB_STORE_INVALID": "the store file is not a Workbench store, or is newer than this version",
     "WB_STORE_UNWRITABLE": "the store cannot be created or written: a full disk, a read-only file system, permissions",
     "WB_RUN_NOT_FOUND": "no run with that id is in the store",
+    "WB_RUN_AMBIGUOUS": "the start of a run id given matches several runs",
+    "WB_PORT_UNAVAILABLE": "the port to serve on is taken or not allowed",
     "WB_PROVIDER_ERROR": "the provider answered with an error that retries did not clear",
     "WB_BUDGET_EXCEEDED": "a token or cost budget would be exceeded by the next call",
     "WB_LLM_OUTPUT_INVALID": "the model's structured output did not validate, even after one repair turn",
@@ -50,6 +54,7 @@ CODES: dict[str, str] = {
     "WB_EVAL_COST": "the cost per case rose more than --max-cost-increase allows",
     "WB_EVAL_MISSING": "a declared prompt is not named by any eval suite",
     "WB_SPEND_ABOVE": "the spend in a cost report is above --fail-above (in total, or for a group with --by)",
+    "WB_CHECK_EMPTY": "`workbench check` found no suites, prompts lock or cassettes to check",
 }
 
 # Exit codes of the CLI: 1 is a regression found by the gate (or spend above an alert's line), 2 anything

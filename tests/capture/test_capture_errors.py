@@ -14,7 +14,7 @@ import httpx2
 import openai
 import pytest
 from fixtures.capture_store import expected_cost
-from fixtures.fake_server import serve
+from workbench.demo.fake_server import serve
 
 import workbench
 from workbench.demo.fake_provider import FakeProvider, FakeResponse, Reply

@@ -14,6 +14,7 @@ from workbench.capture import flush
 from workbench.evaluate.gate import evaluate
 from workbench.evaluate.report import to_json, to_junit, to_markdown
 from workbench.evaluate.suite import load_suites
+from workbench.config import spool_dir_of
 from workbench.store.db import open_store
 from workbench.store.ingest import ingest_spools
 
@@ -176,7 +177,7 @@ def test_the_cli_eval_leaves_every_record_in_the_store(examples):
                             capture_output=True, env={**os.environ, **OFFLINE_ENV, "WORKBENCH_DB": str(examples / "wb.duckdb")},
                             timeout=120)
     assert result.returncode == 0, result.stderr
-    ingest_spools(examples / "wb.duckdb", examples / "spool")  # waits for the detached one, if it holds the lock
+    ingest_spools(examples / "wb.duckdb", spool_dir_of(examples / "wb.duckdb"))  # waits for the detached one, if it holds the lock
     store = examples / "wb.duckdb"
     cases = len(load_suites([examples / "evals" / "classifier.py"])["classifier"].cases)
     [eval_run] = rows(store, "SELECT * FROM eval_runs")

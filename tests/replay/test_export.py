@@ -11,7 +11,7 @@ import openai
 import pytest
 
 import workbench
-from fixtures.fake_server import serve
+from workbench.demo.fake_server import serve
 from workbench.demo.fake_provider import FakeProvider, Reply
 from workbench.errors import WorkbenchError
 from workbench.replay.export import export_run

@@ -12,7 +12,7 @@ import anthropic
 import openai
 import pytest
 from fixtures.capture_store import COUNTERS
-from fixtures.fake_server import serve
+from workbench.demo.fake_server import serve
 
 import workbench
 from workbench.demo.fake_provider import FakeProvider, Reply

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 
+from workbench.config import spool_dir_of
 from workbench.store.db import open_store
 from workbench.store.ingest import ingest_spools
 
@@ -87,7 +88,7 @@ def test_four_processes_one_store_with_a_reader_open(tmp_path):
     assert seen["counts"], "the reader never got the store open"
     assert seen["counts"] == sorted(seen["counts"]) and max(seen["counts"]) <= 2000
 
-    ingest_spools(db, tmp_path / "spool", wait=True)  # whatever the exit handlers left (e.g. locked out)
+    ingest_spools(db, spool_dir_of(db), wait=True)  # whatever the exit handlers left (e.g. locked out)
     con = duckdb.connect(str(db), read_only=True)
     try:
         total, distinct = con.execute("SELECT count(*), count(DISTINCT call_id) FROM calls").fetchall()[0]
@@ -98,7 +99,7 @@ def test_four_processes_one_store_with_a_reader_open(tmp_path):
     assert (total, distinct) == (2000, 2000)
     assert runs == [("ok", 500)] * 4
     assert spans == 2000
-    assert not list((tmp_path / "spool").glob("*.jsonl"))  # finished files of exited processes are removed
+    assert not list(spool_dir_of(db).glob("*.jsonl"))  # finished files of exited processes are removed
 
 
 # a recording process that reports, after each workbench.flush() returns, the ids it flushed
@@ -125,7 +126,8 @@ with workbench.run("killed") as run:
 
 
 def test_sigkill_at_random_points_loses_no_flushed_call_and_doubles_none(tmp_path):
-    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    db = tmp_path / "wb.duckdb"
+    spool = spool_dir_of(db)
     rng = random.Random(int(os.environ.get("WB_SIGKILL_SEED", time.time_ns())))
     flushed: set[str] = set()
     with open_store(db):
@@ -186,7 +188,7 @@ def test_a_forked_child_records_through_a_spool_thread_of_its_own(tmp_path):
     result = subprocess.run([sys.executable, "-c", FORKER, str(db)], cwd=REPO, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 0, result.stderr
-    ingest_spools(db, tmp_path / "spool")
+    ingest_spools(db, spool_dir_of(db))
     with open_store(db, read_only=True) as con:
         runs = dict(con.execute("SELECT name, count(*) FROM runs GROUP BY name").fetchall())
     assert runs == {"parent": 1, "child": 1}

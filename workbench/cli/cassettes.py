@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from workbench.cli.core import _money, cassettes_app, console
+from workbench.cli.core import DbOption, Format, FormatOption, _emit, _money, cassettes_app, console
 from workbench.errors import WorkbenchError
 
 @cassettes_app.command("show")
 def cassettes_show(
     path: Annotated[Path, typer.Argument(help="a cassette file (YAML or JSON)")],
-    as_json: Annotated[bool, typer.Option("--json", help="print the normalized calls as JSON")] = False,
+    fmt: FormatOption = Format.table,
     models: Annotated[Path | None, typer.Option(help="models.toml to price with")] = None,
 ) -> None:
-    """Every interaction of a cassette as a normalized call, priced."""
+    """Every interaction of a cassette as a normalized call, priced (JSON: every field of each call)."""
     from workbench.models import load_registry
     from workbench.replay.cassette import load_cassette
     from workbench.wire import parse_exchange, priced
 
     registry = load_registry(models)
     calls = [priced(parse_exchange(interaction.exchange()), registry) for interaction in load_cassette(path)]
-    if as_json:
-        print(json.dumps([call.flat() for call in calls], indent=2, default=str))
+    if fmt != "table":
+        _emit([call.flat() for call in calls], fmt, str(path))
         return
     table = Table(title=str(path), show_footer=True)
     columns = ["#", "wire", "model", "status", "stop", "input", "cache read", "cache write", "output", "cost"]
@@ -52,25 +52,35 @@ def cassettes_show(
 @cassettes_app.command("check")
 def cassettes_check(
     path: Annotated[Path, typer.Argument(help="a cassette or a folder of cassettes")] = Path("cassettes"),
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Every cassette loads, holds no secret-looking value, and was fully played by the last replay."""
     from workbench.replay.check import check
 
     reports = check(path)
+    if not reports:
+        raise WorkbenchError("WB_CASSETTE_NOT_FOUND", f"no cassette (.json, .yaml) under {path}",
+                             "pass the folder your cassettes are in: workbench cassettes check DIR")
+    if fmt != "table":
+        _emit([{"path": str(report.path), "interactions": report.interactions,
+                "problem": report.error.code if report.error else ("WB_CASSETTE_SECRET" if report.secrets else None),
+                "detail": report.error.cause if report.error else "; ".join(report.secrets[:5]) or None,
+                "never_played": report.never_played} for report in reports], fmt, "cassettes")
     failed = 0
     for report in reports:
         if report.error is not None:
             failed += 1
-            console.print(f"[red]✗[/] {report.path}: {report.error.code}: {report.error.cause}")
+            _line(fmt, ("✗", "red"), f" {report.path}: {report.error.code}: {report.error.cause}")
             continue
         if report.secrets:
             failed += 1
-            console.print(f"[red]✗[/] {report.path}: looks like a secret: " + "; ".join(report.secrets[:5]))
+            _line(fmt, ("✗", "red"), f" {report.path}: looks like a secret: " + "; ".join(report.secrets[:5]))
         else:
-            console.print(f"[green]✓[/] {report.path}: {report.interactions} interactions")
+            _line(fmt, ("✓", "green"), f" {report.path}: {report.interactions} interactions")
         if report.never_played:
-            console.print(f"  [yellow]stale:[/] interactions {report.never_played} were not played by the last replay run")
-    console.print(f"{len(reports)} cassettes, {failed} with problems")
+            _line(fmt, ("  stale:", "yellow"),
+                  f" interactions {report.never_played} were not played by the last replay run")
+    _line(fmt, f"{len(reports)} cassettes, {failed} with problems")
     if failed:
         first = next(report for report in reports if not report.ok)
         if first.error is not None:
@@ -82,11 +92,17 @@ def cassettes_check(
         )
 
 
+def _line(fmt, *parts) -> None:
+    """A line of the table view (nothing when the rows went to stdout as CSV or JSON)."""
+    if fmt == "table":
+        console.print(Text.assemble(*parts))
+
+
 @cassettes_app.command("export")
 def cassettes_export(
     out: Annotated[Path, typer.Argument(help="the cassette to write (.json or .yaml)")],
-    run_id: Annotated[str, typer.Option("--run", help="the id of a captured run")],
-    db: Annotated[Path | None, typer.Option(help="the store (default: the db setting)")] = None,
+    run_id: Annotated[str, typer.Option("--run", help="the id of a captured run, or its start")],
+    db: DbOption = None,
 ) -> None:
     """Turn a captured run into a cassette and an eval case, so a failure becomes a regression test."""
     from workbench.replay.export import export_run

@@ -1,33 +1,71 @@
-"""The command tree, the output conventions every command shares, and the one place errors are
-rendered, with one exit-code table (`WorkbenchError.exit_code`)."""
+"""The command tree, the conventions every command shares (options with a fixed set of values,
+one output convention: a table by default, `--format csv|json` to stdout), and the one place errors
+are rendered, with one exit-code table (`WorkbenchError.exit_code`).
+
+Text is never read as rich markup: the consoles print `[[model]]`, paths and case ids as they are;
+style comes from `Text` objects only."""
 
 from __future__ import annotations
 
 import atexit
 import gc
 import json
+import math
 import os
 import sys
 import threading
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from workbench.errors import WorkbenchError
 
+
+def choices(name: str, *values: str) -> type[Enum]:
+    """An option's fixed set of values: parsing checks it (before anything opens the store) and
+    `--help` lists it. Members compare equal to their strings; `.value` is the plain string."""
+    return Enum(name, {value: value for value in values}, type=str)
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from workbench import __version__
+
+        print(f"workbench {__version__}")
+        raise typer.Exit()
+
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Record, replay, evaluate and audit LLM calls.")
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="print the version and exit")] = False,
+) -> None:
+    """Record, replay, evaluate and audit LLM calls."""
+
+
 cassettes_app = typer.Typer(no_args_is_help=True, help="Inspect, check and export vcrpy cassettes.")
 app.add_typer(cassettes_app, name="cassettes")
 
 
 class _EvalGroup(typer.core.TyperGroup):
-    """`workbench eval SUITE ...` runs suites; `workbench eval compare|cases-from-runs` are commands."""
+    """`workbench eval SUITE ...` runs suites; `workbench eval compare|cases-from-runs` are commands.
+    `workbench eval --help` is the help of `run` (the options the README uses), ending with the
+    other commands."""
 
     def parse_args(self, ctx, args):
-        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+        if args and args[0] in ("--help", "-h"):
+            others = ", ".join(f"`{ctx.command_path} {name}`" for name in self.commands if name != "run")
+            self.commands["run"].epilog = f"`run` may be left out. Other commands: {others} (each has --help)."
+            args = ["run", *args]
+        elif not args or args[0] not in self.commands:
             args = ["run", *args]
         return super().parse_args(ctx, args)
 
@@ -42,8 +80,8 @@ runs_app = typer.Typer(no_args_is_help=True, help="Captured runs: list them, sho
 app.add_typer(runs_app, name="runs")
 
 # wide enough for the tables when output goes to a pipe or a CI log
-console = Console(width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+console = Console(width=None if sys.stdout.isatty() else 140, markup=False)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140, markup=False)
 
 
 def _money(micros: int | None, currency: str | None = "USD", exact: bool = False) -> str:
@@ -53,20 +91,31 @@ def _money(micros: int | None, currency: str | None = "USD", exact: bool = False
     return (format_exact if exact else format_amount)(micros, currency or "USD")
 
 
-DbOption = Annotated[Path | None, typer.Option(help="the store (default: the db setting)")]
+Format = choices("Format", "table", "csv", "json")
+
+
+def a_file(path: Path | None) -> Path | None:
+    """An option that names a file must not name a folder (the store, a lock file)."""
+    if path is not None and path.is_dir():
+        raise typer.BadParameter(f"{path} is a folder, not a file")
+    return path
+
+
+DbOption = Annotated[Path | None, typer.Option(callback=a_file, help="the store (default: the db setting)")]
 SinceOption = Annotated[str | None, typer.Option(help="only from this day on (YYYY-MM-DD), or the last 30m, 12h, 1d, 2w")]
-FormatOption = Annotated[str, typer.Option("--format", help="table, csv or json")]
+FormatOption = Annotated[Format, typer.Option("--format", help="a table, or CSV or JSON to stdout (money in exact micros)")]
+# a count anyone can mean; past it, a store would be asked to count beyond its integers
+LIMIT_MAX = 1_000_000_000
 
 
 def _read(db: Path | None, query):
     """Run `query(con)` on the store: pending spools ingested first, read-only, closed after."""
-    from workbench.config import settings
+    from workbench.config import settings, spool_dir_of
     from workbench.store import queries
 
     path = db or settings().db
     try:
-        # a store named by --db has its spool beside it, unless the spool_dir setting says where
-        spool = settings().resolved_spool_dir if db is None else (settings().spool_dir or path.parent / "spool")
+        spool = settings().resolved_spool_dir if db is None else (settings().spool_dir or spool_dir_of(path))
         return queries.read(path, spool, query, ingest_wait=True)
     except queries.StoreMissing:
         raise WorkbenchError(
@@ -93,41 +142,75 @@ def _filters(since: str | None):
                              "use --since 2026-01-31, or --since 1d (also 30m, 12h, 2w)") from None
 
 
-def _emit(frame, fmt: str, title: str) -> None:
-    """A frame as a table (money exact, in its currency), CSV or JSON (money as exact integer micros)."""
-    if fmt == "csv":
-        print(frame.write_csv(), end="")
-        return
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, default=str)
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _emit(data, fmt: Format | str, title: str, columns: list[str] | None = None) -> None:
+    """Rows (a polars frame, or a list of dicts with these `columns`) as a table (money exact, in its
+    currency), or as CSV or JSON on stdout (money as exact integer micros, every field). Ids print whole."""
+    rows = data if isinstance(data, list) else data.to_dicts()
+    columns = list(rows[0]) if rows else (columns or ([] if isinstance(data, list) else list(data.columns)))
     if fmt == "json":
-        print(json.dumps(frame.to_dicts(), indent=2, default=str))
+        print(json.dumps(rows, indent=2, default=_cell))
         return
-    if fmt != "table":
-        raise WorkbenchError("WB_CONFIG_INVALID", f"--format {fmt!r}", "use table, csv or json")
-    import polars as pl
+    if fmt == "csv":
+        import csv
 
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([_cell(row.get(name)) for name in columns] for row in rows)
+        return
+    if not rows:
+        console.print(f"{title}: nothing recorded")
+        return
     # one currency: named once, in the money columns' headers
-    currencies = set(frame["currency"].drop_nulls()) if "currency" in frame.columns else {"USD"}
+    currencies = {row["currency"] for row in rows if row.get("currency")} if "currency" in columns else {"USD"}
     single = next(iter(currencies)) if len(currencies) == 1 else None
-    shown = [name for name in frame.columns if not (single and name == "currency")]
+    shown = [name for name in columns if not (single and name == "currency")]
+    cells = [[_money_cell(name, row) if name.endswith("_micros") else _cell(row.get(name)) for name in shown]
+             for row in rows]
+    if single:
+        cells = [[cell.removesuffix(f" {single}") if name.endswith("_micros") else cell
+                  for name, cell in zip(shown, line)] for line in cells]
     table = Table(title=title)
-    for name in shown:
+    for index, name in enumerate(shown):
+        sample = next((row[name] for row in rows if row.get(name) is not None), None)
+        numeric = isinstance(sample, (int, float)) and not isinstance(sample, bool)
         header = f"{name.removesuffix('_micros')} ({single})" if single and name.endswith("_micros") else name
-        table.add_column(header, justify="left" if frame[name].dtype == pl.Utf8 else "right")
-    for row in frame.iter_rows(named=True):
-        cells = [_cell(name, row[name], row) for name in shown]
-        table.add_row(*[cell.removesuffix(f" {single}") if single and name.endswith("_micros") else cell
-                        for name, cell in zip(shown, cells)])
-    console.print(table if frame.height else f"{title}: nothing recorded")
+        # an id or an amount is printed whole on one line, however narrow the terminal; other text folds
+        whole = name.endswith(("_id", "_micros"))
+        table.add_column(header, justify="right" if numeric else "left", no_wrap=whole,
+                         overflow="fold", min_width=max(len(line[index]) for line in cells) if whole else None)
+    for line in cells:
+        table.add_row(*line)
+    console.print(table)
 
 
-def _cell(name: str, value, row: dict) -> str:
+def _money_cell(name: str, row: dict) -> str:
     """Money exact, in the row's currency; a cost with nothing priced is `unpriced`, never 0.00."""
-    if not name.endswith("_micros"):
-        return "" if value is None else str(value)
     from workbench.money import format_priced
 
+    value = row.get(name)
     unpriced = row.get(name.replace("cost_micros", "unpriced_calls"), 0) if "cost_micros" in name else 0
     return format_priced(value, row.get("currency") or "USD", unpriced or 0) if value is not None or unpriced else ""
+
+
+def error_text(code: str, cause: str, fix: str, mark: str = "") -> Text:
+    """How every error reads: the code and the cause, then the fix on a line of its own (under a
+    `mark` such as a list's ✗), all literal."""
+    return Text.assemble((mark, "red"), (code, "bold red"), ": ", cause, "\n", " " * len(mark), ("fix:", "bold"), " ", fix)
+
+
+def finite(value: float | None) -> float | None:
+    """An option's number must be a number: nan and inf pass a range check, never this."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
 
 
 def main() -> None:
@@ -142,19 +225,30 @@ def _run() -> int:
         code = app(standalone_mode=False)
         return code if isinstance(code, int) else 0
     except WorkbenchError as exc:
-        err_console.print(f"[bold red]{exc.code}[/]: {exc.cause}\n[bold]fix:[/] {exc.fix}")
+        err_console.print(error_text(exc.code, exc.cause, exc.fix))
         return exc.exit_code
     except typer.Abort:
         return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception as exc:  # click usage errors carry their own exit code
+    except BrokenPipeError:  # `workbench runs list | head`: the reader has what it wanted
+        return 0
+    except OSError as exc:  # a path given on the command line that cannot be read or written
+        where = exc.filename if exc.filename is not None else "a file"
+        err_console.print(error_text("WB_PATH_INVALID", f"{where}: {exc.strerror or exc}",
+                                     "pass a file you can read (or, for an output, a file in a folder you can write)"))
+        return 2
+    except Exception as exc:  # the parser's own errors (a bad option, a value not among the choices)
         code = getattr(exc, "exit_code", None)
-        if code is None:
+        if code is None or not hasattr(exc, "format_message"):
             raise
-        if hasattr(exc, "show"):
-            exc.show()
-        return code
+        ctx = getattr(exc, "ctx", None)
+        if code == 0 or ctx is None or "NoArgsIsHelp" in type(exc).__name__:
+            exc.show()  # help asked for by giving no arguments: the help is the answer
+            return code
+        usage = ctx.get_usage().removeprefix("Usage: ")
+        err_console.print(error_text("WB_CLI_USAGE", exc.format_message(), f"{usage} (see `{ctx.command_path} --help`)"))
+        return 2
 
 
 def _exit(code: int) -> None:

@@ -8,10 +8,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from workbench.cli.core import _money, app, console, err_console, eval_app, prompts_app
+from workbench.cli.core import (
+    LIMIT_MAX, Format, FormatOption, _emit, _money, a_file, app, choices, console, err_console, error_text, eval_app, finite,
+    prompts_app,
+)
 from workbench.errors import WorkbenchError
+
+Mode, CompareMode = choices("Mode", "replay", "record", "rerecord", "live"), choices("CompareMode", "replay", "record")
 
 def _suites(names: list[str], evals: Path):
     from workbench.evaluate.suite import find_suite, load_suites
@@ -28,7 +35,7 @@ def _progress(total: int, label: str):
     from rich.progress import Progress
 
     progress = Progress(console=err_console, transient=True, disable=not sys.stderr.isatty())
-    task = progress.add_task(label, total=total)
+    task = progress.add_task(escape(label), total=total)  # a suite's name is text, not markup
     return progress, lambda: progress.advance(task)
 
 
@@ -36,18 +43,22 @@ def _progress(total: int, label: str):
 def eval_run(
     suites: Annotated[list[str] | None, typer.Argument(help="suite names or files (default: every suite)")] = None,
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
-    mode: Annotated[str | None, typer.Option(help="replay (default), record, rerecord or live")] = None,
+    mode: Annotated[Mode | None, typer.Option(help="replay (default), record, rerecord or live")] = None,
     prompt_version: Annotated[str | None, typer.Option(help="run this version of the suite's prompt")] = None,
     record_baseline: Annotated[bool, typer.Option("--record-baseline", help="record the baseline; no gate")] = False,
-    max_cost_increase: Annotated[float | None, typer.Option(help="fail if cost per case rises more (0.1 = 10%)")] = None,
+    max_cost_increase: Annotated[float | None, typer.Option(min=0, callback=finite,
+                                                            help="fail if cost per case rises more (0.1 = 10%)")] = None,
     junit: Annotated[Path | None, typer.Option(help="write JUnit XML here")] = None,
     markdown: Annotated[Path | None, typer.Option(help="write a Markdown summary here")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here")] = None,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Run suites (replay by default) and gate on the drop from their baselines: exit 0 pass,
     1 regression, 2 could not judge."""
     from workbench.evaluate.gate import evaluate, recording_requested
-    from workbench.evaluate.report import print_console, to_json, to_junit, to_markdown
+    from workbench.evaluate.report import print_console, summary, to_json, to_junit, to_markdown
+
+    mode = mode.value if mode is not None else None
 
     if not record_baseline and recording_requested():
         raise WorkbenchError(
@@ -62,7 +73,13 @@ def eval_run(
         with progress:
             outcomes.append(evaluate(suite, mode, prompt_version, record_baseline, max_cost_increase, advance))
     # the results are spooled; ingestion into the store happens after exit, off the gate's clock
-    print_console(outcomes, console)
+    if fmt == "table":
+        print_console(outcomes, console)
+    elif fmt == "json":
+        print(to_json(outcomes), end="")
+    else:
+        _emit([{"suite": data["suite"], **{key: row[key] for key in ("case", "score", "baseline", "delta", "cost_micros", "status")}}
+               for data in map(summary, outcomes) for row in data["cases"]], fmt, "cases")
     for path, render in ((junit, to_junit), (markdown, to_markdown), (json_out, to_json)):
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,7 +87,7 @@ def eval_run(
     failed = [outcome.error for outcome in outcomes if outcome.error is not None]
     if record_baseline:
         for outcome in outcomes:
-            console.print(f"recorded {outcome.eval_run.suite.baseline_path}")
+            (console if fmt == "table" else err_console).print(f"recorded {outcome.eval_run.suite.baseline_path}")
     if failed:
         raise failed[0]
 
@@ -81,7 +98,8 @@ def eval_compare(
     version_a: Annotated[str, typer.Argument(help="a prompt version")],
     version_b: Annotated[str, typer.Argument(help="another prompt version")],
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
-    mode: Annotated[str | None, typer.Option(help="replay (default) or record: live calls only for what changed")] = None,
+    mode: Annotated[CompareMode | None, typer.Option(help="replay (default) or record: live calls only for what changed")] = None,
+    fmt: FormatOption = Format.table,
 ) -> None:
     """Two prompt versions side by side, case by case: score, output, cost."""
     import asyncio
@@ -90,7 +108,15 @@ def eval_compare(
     from workbench.evaluate.scorers import as_text
 
     (suite,) = _suites([suite_name], evals)
-    runs = [asyncio.run(run_suite(suite, mode, version)) for version in (version_a, version_b)]
+    runs = [asyncio.run(run_suite(suite, mode and mode.value, version)) for version in (version_a, version_b)]
+    if fmt != "table":
+        _emit([{"case": left.case_id, "version_a": version_a, "version_b": version_b, "score_a": left.score,
+                "score_b": right.score, "delta": right.score - left.score, "cost_a_micros": left.cost_micros,
+                "cost_b_micros": right.cost_micros,
+                "output_a": as_text(left.output) if left.output is not None else (left.error and left.error.code),
+                "output_b": as_text(right.output) if right.output is not None else (right.error and right.error.code)}
+               for left, right in zip(runs[0].results, runs[1].results, strict=True)], fmt, suite.name)
+        return
     table = Table(title=f"{suite.name}: {suite.prompt.id} {version_a} vs {version_b}")
     for name in ("case", f"score {version_a}", f"score {version_b}", "Δ", f"cost {version_a}", f"cost {version_b}",
                  f"output {version_a}", f"output {version_b}"):
@@ -112,7 +138,7 @@ def eval_compare(
 def eval_cases_from_runs(
     prompt: Annotated[str, typer.Option("--prompt", help="the prompt id whose captured runs become cases")],
     since: Annotated[str | None, typer.Option(help="only runs started on or after this date (YYYY-MM-DD) or time")] = None,
-    limit: Annotated[int | None, typer.Option(min=1, help="the latest N runs at most")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, max=LIMIT_MAX, help="the latest N runs at most")] = None,
     out: Annotated[Path | None, typer.Option(help="the JSONL file to write (default: stdout)")] = None,
 ) -> None:
     """Write JSONL eval cases from captured runs of a prompt (their variables and outputs), so
@@ -138,19 +164,25 @@ def eval_cases_from_runs(
 @app.command("check")
 def check_command(
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
-    lock: Annotated[Path, typer.Option(help="the prompts lock file")] = Path("evals/prompts.lock"),
+    lock: Annotated[Path, typer.Option(callback=a_file, help="the prompts lock file")] = Path("evals/prompts.lock"),
     cassettes: Annotated[Path, typer.Option(help="the folder of cassettes")] = Path("cassettes"),
+    fmt: FormatOption = Format.table,
 ) -> None:
-    """Every prompt named by an eval, no released prompt changed, baselines valid, cassettes clean."""
+    """Every prompt named by an eval, no released prompt changed, baselines valid, cassettes clean
+    (CSV and JSON: one row per problem)."""
     from workbench.evaluate.check import check_project
 
     problems = check_project(evals, lock, cassettes)
     _warn_quarantined()
+    if fmt != "table":
+        _emit([{"code": problem.code, "cause": problem.cause, "fix": problem.fix, "exit_code": problem.exit_code}
+               for problem in problems], fmt, "problems", columns=["code", "cause", "fix", "exit_code"])
     for problem in problems:
-        err_console.print(f"[red]✗[/] [bold]{problem.code}[/]: {problem.cause}\n  [bold]fix:[/] {problem.fix}")
+        err_console.print(error_text(problem.code, problem.cause, problem.fix, mark="✗ "))
     if problems:
         raise typer.Exit(max(problem.exit_code for problem in problems))
-    console.print("[green]✓[/] prompts, baselines and cassettes are consistent")
+    if fmt == "table":
+        console.print(Text.assemble(("✓", "green"), " prompts, baselines and cassettes are consistent"))
 
 
 def _warn_quarantined() -> None:
@@ -164,14 +196,15 @@ def _warn_quarantined() -> None:
         return
     if frame.height:
         first = frame.row(0, named=True)
-        console.print(f"[yellow]![/] {frame.height} record(s) in quarantine in {settings().db} (the store could not "
-                      f"take them; kept): latest: {first['kind']}: {first['reason']}\n  see: workbench report quarantine")
+        err_console.print(Text.assemble(("! ", "yellow"), f"{frame.height} record(s) in quarantine in {settings().db} "
+                                        f"(the store could not take them; kept): latest: {first['kind']}: "
+                                        f"{first['reason']}\n  see: workbench report quarantine"))
 
 
 @prompts_app.command("lock")
 def prompts_lock(
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
-    lock: Annotated[Path, typer.Option(help="the prompts lock file")] = Path("evals/prompts.lock"),
+    lock: Annotated[Path, typer.Option(callback=a_file, help="the prompts lock file")] = Path("evals/prompts.lock"),
 ) -> None:
     """Add every new prompt version to the lock file (a released version's hash never changes)."""
     from workbench.evaluate.prompts import prompts, write_lock

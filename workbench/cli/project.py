@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from workbench.cli.core import app, console, err_console
+from workbench.cli.core import DbOption, app, console, err_console
+from workbench.errors import WorkbenchError
 
 def dashboard_app() -> Path | None:
     """The Streamlit app: `dashboards/` of a source checkout, else the copy a wheel ships."""
@@ -21,8 +22,8 @@ def dashboard_app() -> Path | None:
 
 @app.command("dashboard")
 def dashboard(
-    db: Annotated[Path | None, typer.Option(help="the store to show (default: the db setting)")] = None,
-    port: Annotated[int, typer.Option(help="the port to serve on")] = 8501,
+    db: DbOption = None,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="the port to serve on")] = 8501,
     open_browser: Annotated[bool, typer.Option("--open/--no-open", help="open a browser tab")] = False,
 ) -> None:
     """Serve the Streamlit dashboard over the store; it never holds the store open between reads."""
@@ -31,15 +32,17 @@ def dashboard(
 
     app_path = dashboard_app()
     if app_path is None:
-        err_console.print("[bold red]the dashboard app is missing[/] from this installation\n[bold]fix:[/] "
-                          "reinstall replay-workbench (`pip install --force-reinstall replay-workbench`)")
-        raise typer.Exit(2)
+        raise WorkbenchError("WB_PATH_INVALID", "the dashboard app is missing from this installation",
+                             "reinstall replay-workbench: pip install --force-reinstall replay-workbench")
     env = dict(os.environ)
     if db is not None:
         env["WORKBENCH_DB"] = str(db.resolve())
     command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.port", str(port),
                "--server.headless", str(not open_browser).lower(), "--browser.gatherUsageStats", "false",
-               "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer"]
+               "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer",
+               # streamlit guesses "development mode" (which refuses --server.port) when it is not
+               # installed under a site-packages folder (a zipapp, a vendored or linked copy)
+               "--global.developmentMode", "false"]
     if os.name == "posix":  # become the server: signals (Ctrl-C, a supervisor's TERM) reach it directly
         os.execve(sys.executable, command, env)
     try:
@@ -51,7 +54,7 @@ def dashboard(
 @app.command("demo")
 def demo_command(
     seed: Annotated[int, typer.Option(help="the same seed gives the same figures")] = 7,
-    db: Annotated[Path | None, typer.Option(help="the store to fill (default: the db setting)")] = None,
+    db: DbOption = None,
 ) -> None:
     """Run a realistic workload against an embedded fake provider (no key, no network), gate the
     example suites, and summarize what the store now holds."""
@@ -59,6 +62,41 @@ def demo_command(
     from workbench.demo.run import print_summary, run_demo
 
     summary = run_demo(seed, db, err_console)
-    print_summary(summary, db or load_settings().db, console)
+    print_summary(summary, db or load_settings().db, console, db)
 
 
+
+
+FAKE_KEY = "sk-fake-workbench"  # any value: the fake provider never checks it
+
+
+@app.command("fake-provider")
+def fake_provider_command(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="the port on 127.0.0.1 (0: any free one)")] = 8765,
+) -> None:
+    """Serve the offline fake provider (OpenAI and Anthropic, JSON and streaming) on 127.0.0.1."""
+    # it answers the example prompts as the demo does, so `workbench eval --mode live` passes on it
+    import threading
+
+    from workbench.demo.answers import respond
+    from workbench.demo.fake_provider import FakeProvider
+    from workbench.demo.fake_server import FakeServer
+
+    try:
+        server = FakeServer(FakeProvider(responder=respond), port)
+    except OSError as exc:
+        raise WorkbenchError(
+            "WB_PORT_UNAVAILABLE", f"cannot serve on 127.0.0.1:{port}: {exc.strerror or exc}",
+            "pick another port: workbench fake-provider --port 0 (any free one)",
+        ) from None
+    console.print(f"The fake provider is serving on {server.url}: offline, any key works; Ctrl-C stops it.\n"
+                  "Point the official SDKs (and Workbench's runtime) at it:\n")
+    console.print(f"export OPENAI_BASE_URL={server.url}/v1 OPENAI_API_KEY={FAKE_KEY}\n"
+                  f"export ANTHROPIC_BASE_URL={server.url} ANTHROPIC_API_KEY={FAKE_KEY}", soft_wrap=True)
+    sys.stdout.flush()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()

@@ -7,10 +7,16 @@ from typing import Annotated
 
 import typer
 
+from rich.text import Text
+
 from workbench.cli.core import (
-    DbOption, FormatOption, SinceOption, _emit, _filters, _money, _read, console, err_console, report_app, runs_app,
+    LIMIT_MAX, DbOption, Format, FormatOption, SinceOption, _cell, _emit, _filters, _money, _read, choices, console,
+    err_console, report_app, runs_app,
 )
 from workbench.errors import WorkbenchError
+
+# cost --by is open (any tag key), so it is checked by the query, not by a fixed set of choices
+CacheBy, FailuresBy = choices("CacheBy", "model", "prompt"), choices("FailuresBy", "error_code", "prompt")
 
 def _cost_table(frame, keys: tuple[str, ...]):
     """The cost report as a terminal table: money, then latency as `p50 / p95 / p99` in two columns."""
@@ -34,7 +40,7 @@ def report_cost(
     fail_above: Annotated[str | None, typer.Option(
         help="exit 1 when the spend (each group's, with --by) is above this amount of the currency's major "
              "unit: --fail-above 50 is $50")] = None,
-    since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
+    since: SinceOption = None, fmt: FormatOption = Format.table, db: DbOption = None,
 ) -> None:
     """Spend, exact, by any key, with the latency of the same calls. Spend is money paid (live calls);
     replayed calls are shown apart, with what they would have cost; unpriced calls are counted, never
@@ -64,8 +70,8 @@ def report_cost(
                              if row["replayed_priced_calls"] else ""))
     if not unpriced.is_empty():
         names = ", ".join(f"{row['model']} ({row['calls']:,})" for row in unpriced.head(5).iter_rows(named=True))
-        err_console.print(f"[yellow]warning:[/] {unpriced['calls'].sum():,} calls are unpriced and not in these "
-                          f"figures: {names}. See `workbench models`; add rows to models.toml to price them.")
+        err_console.print(Text.assemble(("warning: ", "yellow"), f"{unpriced['calls'].sum():,} calls are unpriced and not in these "
+                          f"figures: {names}. See `workbench models`; add rows to models.toml to price them."))
     if limit is not None:
         _alert(frame if by else totals, keys if by else ("currency",), limit, fail_above, by, since)
 
@@ -104,11 +110,12 @@ def _alert(frame, keys: tuple[str, ...], limit, text: str, by: str | None, since
         )
 
 
+
 @report_app.command("cache")
 def report_cache(
-    by: Annotated[str, typer.Option(help="model or prompt")] = "model",
+    by: Annotated[CacheBy, typer.Option(help="what to group by")] = CacheBy.model,
     why: Annotated[bool, typer.Option("--why", help="why calls missed: verdicts, changing prefixes, write waste")] = False,
-    since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
+    since: SinceOption = None, fmt: FormatOption = Format.table, db: DbOption = None,
 ) -> None:
     """Prompt-cache reads, hit rate and the money they saved net of the write premium; with --why,
     why calls missed the cache and what it cost."""
@@ -120,21 +127,20 @@ def report_cache(
             "verdicts": queries.miss_reasons(con, f), "changing_prefixes": queries.changing_regions(con, f),
             "cache_writes": queries.write_waste(con, f)})
         if fmt == "json":
-            print(json.dumps({name: frame.to_dicts() for name, frame in tables.items()}, indent=2, default=str))
+            print(json.dumps({name: frame.to_dicts() for name, frame in tables.items()}, indent=2, default=_cell))
             return
         for name, frame in tables.items():
             if fmt == "csv":
                 print(f"# {name}")
             _emit(frame, fmt, f"prompt cache: {name.replace('_', ' ')}")
         return
+    by = by.value
     keys = {"model": ("model",), "prompt": ("prompt_id", "prompt_version")}
-    if by not in keys:
-        raise WorkbenchError("WB_CONFIG_INVALID", f"--by {by!r}", "use --by model or prompt")
     _emit(_read(db, lambda con: queries.cache_savings(con, _filters(since), keys[by])), fmt, f"prompt cache by {by}")
 
 
 @report_app.command("compactions")
-def report_compactions(since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None) -> None:
+def report_compactions(since: SinceOption = None, fmt: FormatOption = Format.table, db: DbOption = None) -> None:
     """Context compactions: tokens before and after, turns summarised and kept, summary cost."""
     from workbench.store import queries
 
@@ -143,19 +149,18 @@ def report_compactions(since: SinceOption = None, fmt: FormatOption = "table", d
 
 @report_app.command("failures")
 def report_failures(
-    by: Annotated[str, typer.Option(help="error_code or prompt")] = "error_code",
-    since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
+    by: Annotated[FailuresBy, typer.Option(help="what to group by")] = FailuresBy.error_code,
+    since: SinceOption = None, fmt: FormatOption = Format.table, db: DbOption = None,
 ) -> None:
     """Failed runs and what they were billed, by error code or by prompt."""
     from workbench.store import queries
 
-    if by not in ("error_code", "prompt"):
-        raise WorkbenchError("WB_CONFIG_INVALID", f"--by {by!r}", "use --by error_code or prompt")
+    by = by.value
     _emit(_read(db, lambda con: queries.failures_by(con, _filters(since), by)), fmt, f"failed runs by {by}")
 
 
 @report_app.command("evals")
-def report_evals(since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None) -> None:
+def report_evals(since: SinceOption = None, fmt: FormatOption = Format.table, db: DbOption = None) -> None:
     """Eval runs: suite, prompt version, mean score against the baseline, verdict, cost."""
     from workbench.store import queries
 
@@ -174,8 +179,8 @@ def report_quarantine(fmt: FormatOption = "table", db: DbOption = None) -> None:
 
 @runs_app.command("list")
 def runs_list(
-    limit: Annotated[int, typer.Option(help="how many, latest first")] = 30,
-    since: SinceOption = None, fmt: FormatOption = "table", db: DbOption = None,
+    limit: Annotated[int, typer.Option(min=1, max=LIMIT_MAX, help="how many, latest first")] = 30,
+    since: SinceOption = None, fmt: FormatOption = Format.table, db: DbOption = None,
 ) -> None:
     """The latest top-level runs with their status, calls and bill."""
     from workbench.store import queries
@@ -194,31 +199,42 @@ def runs_list(
 
 
 @runs_app.command("show")
-def runs_show(run_id: Annotated[str, typer.Argument(help="a run id (see `workbench runs list`)")],
-              db: DbOption = None) -> None:
-    """One run: its bill, its calls with usage and cost, and the transcript."""
+def runs_show(run_id: Annotated[str, typer.Argument(help="a run id, or its start (see `workbench runs list`)")],
+              fmt: FormatOption = Format.table, db: DbOption = None) -> None:
+    """One run: its bill, its calls with usage and cost, and the transcript (JSON: the run and
+    every call with its bodies; CSV: one row per call)."""
     from workbench.store import queries
 
-    run, calls = _read(db, lambda con: (queries.run_detail(con, run_id), queries.run_calls(con, run_id)))
-    if run.is_empty():
-        raise WorkbenchError("WB_RUN_NOT_FOUND", f"no run {run_id!r} in the store", "list runs: workbench runs list")
+    def detail(con):
+        whole = queries.resolve_run_id(con, run_id)
+        return queries.run_detail(con, whole), queries.run_calls(con, whole)
+
+    run, calls = _read(db, detail)
     row = run.row(0, named=True)
-    console.print(f"[bold]{row['name']}[/] ({row['kind']}) {row['status']}"
-                  + (f" — {row['error_code'] or row['error_type']}: {row['error_message']}" if row["status"] == "failed" else ""))
+    if fmt == "json":
+        print(json.dumps({"run": row, "calls": calls.to_dicts()}, indent=2, default=_cell))
+        return
+    shown = calls.select("call_id", "started_at", "model", "replayed", "http_status", "stop_reason", "input_tokens",
+                         "cache_read_tokens", "cache_write_tokens", "output_tokens", "currency", "cost_micros",
+                         "error_type")
+    if fmt == "csv":
+        _emit(shown, fmt, "calls")
+        return
     from workbench.capture.runs import Billed
 
+    console.print(Text.assemble((row["name"], "bold"), f" ({row['kind']}) {row['status']} — run {row['run_id']}"))
+    if row["status"] == "failed":
+        console.print(f"failed with {row['error_code'] or row['error_type']}: {row['error_message']}")
     billed = Billed.of_row(row)
     console.print(f"billed: {billed if billed is not None else 'no calls'}; tags {row['tags']}")
-    _emit(calls.select("started_at", "model", "replayed", "http_status", "stop_reason", "input_tokens",
-                       "cache_read_tokens", "cache_write_tokens", "output_tokens", "currency", "cost_micros",
-                       "error_type"), "table", "calls")
+    _emit(shown.drop("call_id"), fmt, "calls")
     for index, call in enumerate(calls.iter_rows(named=True)):
         console.rule(f"call {index + 1}: {call['model']}")
-        console.print(_transcript(call["request_json"]), markup=False)
+        console.print(_transcript(call["request_json"]))
         if call["output_text"]:
-            console.print(f"assistant: {call['output_text']}", markup=False)
+            console.print(f"assistant: {call['output_text']}")
         if call["tool_calls"]:
-            console.print(f"tool calls: {call['tool_calls']}", markup=False)
+            console.print(f"tool calls: {call['tool_calls']}")
 
 
 def _transcript(request_json: str | None) -> str:

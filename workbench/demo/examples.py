@@ -1,8 +1,10 @@
-"""Record the example suites' cassettes and baselines against the in-process fake provider:
+"""The example project (`models.toml`, `evals/`, `cassettes/`): where it is, the copy the demo
+writes into an empty folder, and its recording against the in-process fake provider:
 `python -m workbench.demo.examples [ROOT]`. Deterministic, so re-running it changes no byte."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,6 +17,38 @@ from workbench.evaluate.suite import load_suites
 
 # other prompt versions recorded too, so `workbench eval compare` replays offline
 EXTRA_VERSIONS = {"classifier": ["v2"]}
+EXAMPLE = ("models.toml", "evals", "cassettes")
+
+
+def example_project() -> Path:
+    """The example project: the root of a source checkout, else the copy a wheel ships in
+    `workbench/_example` (pyproject.toml maps it there)."""
+    package = Path(__file__).resolve().parents[1]  # workbench/
+    checkout = package.parent
+    return checkout if all((checkout / name).exists() for name in EXAMPLE) else package / "_example"
+
+
+def project_for_demo(folder: Path) -> tuple[Path, bool]:
+    """The project whose suites the demo gates, and whether the example was written for it: the
+    folder itself when it has `evals/` and `models.toml` (this checkout, or your project); a
+    folder with none of the example's files gets a copy of the example, so the commands the demo
+    suggests next run there; a folder with part of a project is left alone (the example is used
+    where it is)."""
+    if (folder / "evals").is_dir() and (folder / "models.toml").is_file():
+        return folder, False
+    if any((folder / name).exists() for name in EXAMPLE):
+        return example_project(), False
+    write_example(folder)
+    return folder, True
+
+
+def write_example(folder: Path) -> None:
+    """A copy of the example project in `folder`: `models.toml`, `evals/`, `cassettes/`."""
+    source = example_project()
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source / "models.toml", folder / "models.toml")
+    for name in ("evals", "cassettes"):
+        shutil.copytree(source / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def fake_network() -> Network:

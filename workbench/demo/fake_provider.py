@@ -4,7 +4,7 @@ It answers ``POST /v1/chat/completions`` (OpenAI chat), ``POST /v1/responses`` (
 and ``POST /v1/messages`` (Anthropic Messages; also ``/v1/messages/count_tokens``), as JSON or as
 SSE when the body says ``"stream": true``, closely enough that the real ``openai`` and ``anthropic``
 SDKs parse it, helpers included. ``FakeProvider.handle`` is the one core function; it is pure
-Python and does no I/O. ``tests/fixtures/fake_server.py`` serves it over real HTTP; the transports
+Python and does no I/O. ``fake_server`` serves it over real HTTP (``workbench fake-provider``); the transports
 at the bottom of this module plug it into an httpx2 / httpx client in-process.
 
 Replies are scripted (``provider.script(Reply(...), ...)``, FIFO, one queue for every path); when

@@ -3,15 +3,17 @@ back from the store with the same named queries the dashboard uses."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress
+from rich.text import Text
 
-import workbench
 from workbench.capture import configure, flush
+from workbench.demo.examples import example_project, project_for_demo
 from workbench.demo.workload import SMALL_MODEL, SMALL_WINDOW, Demo
 from workbench.errors import WorkbenchError
 from workbench.models import load_registry, register_model
@@ -30,20 +32,15 @@ class Summary:
     failed_cost_micros: int
     compactions: int
     verdicts: dict[str, str]
-
-
-def project_root() -> Path:
-    """Where the example suites and models.toml are: the working directory when it has them, else
-    the checkout Workbench was installed from (`pip install -e .`)."""
-    for candidate in (Path.cwd(), Path(workbench.__file__).resolve().parents[1]):
-        if (candidate / "evals").is_dir() and (candidate / "models.toml").is_file():
-            return candidate
-    return Path.cwd()
+    project: Path = Path(".")  # where the example suites ran
+    wrote_example: bool = False  # the example project was written into the working folder
 
 
 def _register_models(root: Path) -> None:
-    if (root / "models.toml").is_file():
-        load_registry(root / "models.toml")
+    # the example's rows price every call the demo makes, whatever the project's own file holds
+    for path in dict.fromkeys([example_project() / "models.toml", root / "models.toml"]):
+        if path.is_file():
+            load_registry(path)
     # the demo's own row: Haiku's prices with a small window, so compaction happens in seconds
     register_model(
         id=SMALL_MODEL, provider="anthropic", context_window=SMALL_WINDOW, max_output=4096, input=100, output=500,
@@ -70,7 +67,7 @@ def _gate_examples(root: Path) -> dict[str, str]:
 def run_demo(seed: int = 7, db: Path | None = None, console: Console | None = None) -> Summary:
     console = console or Console()
     settings = configure(db=db)
-    root = project_root()
+    root, wrote = project_for_demo(Path.cwd())
     _register_models(root)
     demo = Demo(seed)
     steps = [
@@ -89,7 +86,9 @@ def run_demo(seed: int = 7, db: Path | None = None, console: Console | None = No
         verdicts = _gate_examples(root)
         progress.advance(task)
     flush()
-    return summarize(settings.db, verdicts)
+    summary = summarize(settings.db, verdicts)
+    summary.project, summary.wrote_example = root, wrote
+    return summary
 
 
 def summarize(db: Path, verdicts: dict[str, str]) -> Summary:
@@ -112,8 +111,12 @@ def summarize(db: Path, verdicts: dict[str, str]) -> Summary:
     )
 
 
-def print_summary(summary: Summary, db: Path, console: Console) -> None:
-    console.print(f"[bold]Workbench demo[/] — store: {db}")
+def print_summary(summary: Summary, db: Path, console: Console, db_option: Path | None = None) -> None:
+    """The figures, then the commands to try next, each runnable from the working folder as printed
+    (`db_option`: the `--db` the demo was given, repeated on every command that reads the store)."""
+    if summary.wrote_example:
+        console.print(Text(f"Wrote the example project into {summary.project}: models.toml, evals/ and cassettes/"))
+    console.print(Text.assemble(("Workbench demo", "bold"), f" — store: {db}"))
     console.print(f"  calls recorded     {summary.calls:,} in {summary.runs:,} runs"
                   + (f" ({summary.unpriced_calls} unpriced)" if summary.unpriced_calls else ""))
     console.print(f"  spend              {format_amount(summary.spend_micros)}")
@@ -124,6 +127,9 @@ def print_summary(summary: Summary, db: Path, console: Console) -> None:
     for name, verdict in summary.verdicts.items():
         console.print(f"  eval {name:<13} {verdict}")
     console.print("\nNext:")
-    for command in ("workbench dashboard", "workbench report cost --by model", "workbench report failures",
-                    "workbench runs list", "workbench eval", "workbench eval compare classifier v1 v2"):
-        console.print(f"  {command}")
+    store = f" --db {shlex.quote(str(db_option))}" if db_option is not None else ""
+    evals = "" if summary.project.resolve() == Path.cwd().resolve() else f" --evals {shlex.quote(str(summary.project / 'evals'))}"
+    for command in (f"workbench dashboard{store}", f"workbench report cost --by model{store}",
+                    f"workbench report failures{store}", f"workbench runs list{store}", f"workbench eval{evals}",
+                    f"workbench eval compare classifier v1 v2{evals}"):
+        console.print(Text(f"  {command}"))

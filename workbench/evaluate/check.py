@@ -9,12 +9,19 @@ from workbench.errors import WorkbenchError
 from workbench.evaluate.baseline import read_baseline
 from workbench.evaluate.prompts import check_lock, prompts
 from workbench.evaluate.suite import load_suites
-from workbench.replay.check import check as check_cassettes
+from workbench.replay.check import cassette_files, check as check_cassettes
 
 
 def check_project(evals_dir: Path, lock_path: Path, cassettes_dir: Path) -> list[WorkbenchError]:
     problems: list[WorkbenchError] = []
     suites = load_suites([evals_dir]) if evals_dir.exists() else {}
+    if not suites and not prompts.all() and not lock_path.exists() and not (
+            cassettes_dir.exists() and cassette_files(cassettes_dir)):
+        return [WorkbenchError(  # a check of nothing must not read as a pass
+            "WB_CHECK_EMPTY", f"nothing to check: no eval suite under {evals_dir}, no {lock_path}, "
+            f"no cassette under {cassettes_dir}",
+            "run it in your project's folder, or name the folders: workbench check --evals DIR --cassettes DIR",
+        )]
     named_ids = {suite.prompt.id for suite in suites.values()} | {
         scorer.prompt.id for suite in suites.values() for scorer in suite.scorers if scorer.prompt is not None
     }

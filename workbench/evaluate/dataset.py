@@ -34,11 +34,12 @@ def cases_from_runs(prompt_id: str, since: date | datetime | None = None, limit:
                     db: Path | None = None, spool_dir: Path | None = None) -> list[dict]:
     """One case per captured run of `prompt_id` (oldest first, the latest `limit`)."""
     from workbench.capture.recorder import recorder
+    from workbench.config import spool_dir_of
     from workbench.store.queries import StoreMissing, prompt_runs_for_cases, read
 
     active = recorder().settings  # the db `configure()` or WORKBENCH_DB names
     db = Path(db or active.db)
-    spool = spool_dir or (active.resolved_spool_dir if db == Path(active.db) else db.parent / "spool")
+    spool = spool_dir or (active.resolved_spool_dir if db == Path(active.db) else spool_dir_of(db))
     try:
         frame = read(db, spool, lambda con: prompt_runs_for_cases(con, prompt_id, since, limit))
     except StoreMissing:

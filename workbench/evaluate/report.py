@@ -8,6 +8,7 @@ from xml.etree import ElementTree
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from workbench.evaluate.gate import Outcome
 from workbench.evaluate.scorers import as_text
@@ -138,7 +139,7 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
             table.add_row(
                 row["case"], f"{row['score']:.2f}", _fmt(row["baseline"]),
                 "" if row["delta"] is None else f"{row['delta']:+.2f}", format_exact(row["cost_micros"]),
-                f"[{style}]{row['status']}[/]" if style else row["status"],
+                Text(row["status"], style=style),
             )
         if rows:
             console.print(table)
@@ -146,7 +147,7 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
             what = "recorded" if data["verdict"] == "recorded" else "scored as in the baseline"
             console.print(f"{len(data['cases']) - len(rows)} of {len(data['cases'])} cases {what} "
                           f"(not listed; every case is in --json and --junit)")
-        console.print(
+        console.print(Text.assemble(
             f"mean {data['mean']:.4f}" + (f" vs baseline {data['baseline_mean']:.4f}" if data["baseline_mean"] is not None else "")
-            + f", cost {format_amount(data['cost_micros'])}, verdict [bold]{data['verdict']}[/]"
-        )
+            + f", cost {format_amount(data['cost_micros'])}, verdict ", (data["verdict"], "bold"),
+        ))

@@ -123,11 +123,11 @@ def load_suites(paths: list[Path]) -> dict[str, Suite]:
     for path in paths:
         if path.is_dir():
             files += sorted(item for item in path.glob("*.py") if not item.name.startswith("_"))
-        elif path.is_file():
+        elif path.is_file() and path.suffix == ".py":
             files.append(path)
         else:
             raise WorkbenchError(
-                "WB_EVAL_SUITE_INVALID", f"{path} is not a suite file or folder", "pass evals/ or evals/<suite>.py"
+                "WB_EVAL_SUITE_INVALID", f"{path} is not a suite file (.py) or folder", "pass evals/ or evals/<suite>.py"
             )
     found: dict[str, Suite] = {}
     for file in files:

@@ -16,14 +16,12 @@ _CUT_MARKER = "…[workbench: "
 
 
 def export_run(run_id: str, out: Path | str, db: Path | str | None = None) -> tuple[Path, Path]:
-    """Write the run's calls as a cassette at `out` and its case beside it (`<out>.case.jsonl`)."""
+    """Write the run's calls as a cassette at `out` and its case beside it (`<out>.case.jsonl`);
+    `run_id` may be the start of the id, when only one run's id starts so."""
     out = Path(out)
     with open_store(db, read_only=True) as con:
+        run_id = queries.resolve_run_id(con, run_id)  # a unique prefix names the run too
         run = queries.run_detail(con, run_id)
-        if run.is_empty():
-            raise WorkbenchError(
-                "WB_RUN_NOT_FOUND", f"no run {run_id!r} in the store", "list runs with `workbench runs list`"
-            )
         calls = queries.run_exchanges(con, run_id)
     interactions = []
     for row in calls.iter_rows(named=True):

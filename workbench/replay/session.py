@@ -9,7 +9,6 @@ ignore the body) and `filters` (vcrpy's `before_record_*` hooks and `filter_*` o
 from __future__ import annotations
 
 import atexit
-import fcntl
 import gc
 import hashlib
 import json
@@ -25,6 +24,7 @@ from typing import Protocol
 
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
+from workbench.locks import exclusive
 from workbench.replay.cassette import (
     Interaction, RecordedRequest, RecordedResponse, load_cassette_with_meta, parse_cassette_with_meta, write_cassette,
 )
@@ -39,12 +39,17 @@ _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(dat
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
 
 
-def played_record_path(cassette: Path) -> Path:
-    """Where the last replay run's played interactions are kept (not beside the committed file)."""
-    key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
+def _working(cassette: Path, folder: str, suffix: str) -> Path:
+    """A file of the store's working folder kept for a cassette (never beside the committed file)."""
     from workbench.capture.recorder import recorder
 
-    return Path(recorder().settings.db).parent / "replay" / f"{key}.json"
+    key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
+    return recorder().settings.work_dir / folder / f"{key}{suffix}"
+
+
+def played_record_path(cassette: Path) -> Path:
+    """Where the last replay run's played interactions are kept."""
+    return _working(cassette, "replay", ".json")
 
 
 class RecordFilter(Protocol):
@@ -145,10 +150,7 @@ class Cassette:
             self._save_played()
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # flock on the folder: no lock file is left beside committed cassettes
-        lock = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with exclusive(_working(self.path, "locks", ".cassette.lock")):
             on_disk, meta = (parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
                              if self.path.exists() else ([], {}))
             written = {"request_hashes": None}
@@ -165,9 +167,6 @@ class Cassette:
             known = stored + [None] * len(new) if isinstance(stored, list) and len(stored) == len(on_disk) else None
             written["request_hashes"] = CassetteIndex(merged, known).hashes  # not rehashed on every save
             write_cassette(self.path, merged, written)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            os.close(lock)
         self._save_played()
 
     def _save_played(self) -> None:
@@ -178,9 +177,7 @@ class Cassette:
         record = played_record_path(self.path)
         try:
             record.parent.mkdir(parents=True, exist_ok=True)
-            lock = os.open(record.parent, os.O_RDONLY)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with exclusive(_working(self.path, "locks", ".played.lock")):
                 played = {index for index in self.index.played if index < self.own}
                 try:
                     previous = json.loads(record.read_text())
@@ -194,9 +191,6 @@ class Cassette:
                     "interactions": self.own, "played": sorted(played),
                 }))
                 os.replace(temporary, record)
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-                os.close(lock)
         except OSError:
             pass  # the stale check is advisory; replay itself must not fail on it
 

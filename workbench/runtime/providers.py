@@ -47,13 +47,14 @@ class Provider:
     wire = "unknown"
     path = ""
     key_env = ""
+    # like the official SDKs: the URL given, else this environment variable, else the public API
     url_env = ""
     default_url = ""
     sampling = frozenset({"temperature", "seed"})  # the sampling parameters the wire has at all
 
     def __init__(
         self,
-        base_url: str | None,
+        base_url: str | None = None,
         api_key: str | None = None,
         models: list[str] | tuple[str, ...] = (),
         *,
@@ -62,7 +63,6 @@ class Provider:
         timeout: float = 600.0,
         headers: dict[str, str] | None = None,
     ) -> None:
-        # as in the official SDKs: the argument, else <WIRE>_BASE_URL, else the vendor's own URL
         self.base_url = (base_url or os.environ.get(self.url_env) or self.default_url).rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get(self.key_env, "")
         self.models = list(models)
@@ -176,8 +176,7 @@ class OpenAIProvider(Provider):
     wire = "openai.chat"
     path = "/chat/completions"
     key_env = "OPENAI_API_KEY"
-    url_env = "OPENAI_BASE_URL"
-    default_url = "https://api.openai.com/v1"
+    url_env, default_url = "OPENAI_BASE_URL", "https://api.openai.com/v1"
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None,
                  models: list[str] | tuple[str, ...] = (), *, max_tokens_param: str = "max_completion_tokens",
@@ -284,8 +283,7 @@ class AnthropicProvider(Provider):
     wire = "anthropic.messages"
     path = "/v1/messages"
     key_env = "ANTHROPIC_API_KEY"
-    url_env = "ANTHROPIC_BASE_URL"
-    default_url = "https://api.anthropic.com"
+    url_env, default_url = "ANTHROPIC_BASE_URL", "https://api.anthropic.com"
     version = "2023-06-01"
     sampling = frozenset({"temperature"})  # the Messages API has no seed
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import duckdb
 
+from workbench.config import work_dir_of
 from workbench.errors import WorkbenchError
+from workbench.locks import exclusive
 from workbench.store.schema import MIGRATIONS, current_version, migrate
 
 _migrated: set[Path] = set()
@@ -87,11 +89,9 @@ def _create(path: Path) -> None:
     into place. A full disk or a crash leaves at most the temporary file, never a half-made store
     at `path` that every later command would refuse. A 0-byte file at `path` (left by an older
     version on a full disk) holds nothing and is replaced."""
-    from workbench.store.ingest import _exclusive  # the one inter-process lock (ingest imports this module)
-
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with _exclusive(path.with_name(f".{path.name}.create.lock"), wait=True):
+        with exclusive(work_dir_of(path) / "locks" / "create.lock", wait=True):
             if path.exists() and path.stat().st_size > 0:
                 return  # another process created it meanwhile
             temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.creating")

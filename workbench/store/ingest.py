@@ -10,13 +10,12 @@ records behind it."""
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import json
 import logging
 import os
+import re
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +23,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from workbench.config import spool_dir_of
 from workbench.errors import WorkbenchError
+from workbench.locks import exclusive
 from workbench.store.db import is_lock_error, open_store
 from workbench.store.records import TABLES
 
@@ -45,24 +46,6 @@ log = logging.getLogger("workbench.store")
 # it here rather than importing it. `derive(con, frames)` returns the frames to write and the keys
 # of stored rows they supersede.
 DERIVE = "workbench.insight.ingest"
-
-
-@contextmanager
-def _exclusive(lock_path: Path, wait: bool):
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 def _pid_alive(name: str) -> bool:
@@ -218,12 +201,13 @@ def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
 
 def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool) -> int | None:
     spool_dir = Path(spool_dir)
-    if not spool_dir.is_dir():
+    legacy = _legacy_spools(Path(db_path), spool_dir)
+    if not spool_dir.is_dir() and not legacy:
         return 0
-    with _exclusive(spool_dir / ".ingest.lock", wait) as acquired:
+    with exclusive(spool_dir / ".ingest.lock", wait) as acquired:
         if not acquired:
             return None
-        files = sorted(spool_dir.glob("*.jsonl"))
+        files = sorted(spool_dir.glob("*.jsonl")) + legacy
         if not files:
             return 0
         try:
@@ -246,6 +230,18 @@ class _Chunk:
     file: str
     start: int
     data: bytes
+
+
+_SPOOL_FILE = re.compile(r".+-\d+-[0-9a-f]{8}\.jsonl")
+
+
+def _legacy_spools(db_path: Path, spool_dir: Path) -> list[Path]:
+    """Spool files that Workbench 0.1 wrote into a bare `spool/` folder beside the store, before
+    the store had a working folder: drained with the rest, so an upgrade loses no record."""
+    legacy = db_path.parent / "spool"
+    if spool_dir.resolve() != spool_dir_of(db_path).resolve() or not legacy.is_dir():
+        return []
+    return sorted(path for path in legacy.glob("*.jsonl") if _SPOOL_FILE.fullmatch(path.name))
 
 
 def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:

@@ -31,7 +31,7 @@ from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend
 from workbench.store.queries.ledger import BUILT_IN, OTHERS, TIME_KEYS, key_columns, spend_by, top_n
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
 from workbench.store.queries.insight import miss_reasons, changing_regions, write_waste, call_verdicts, run_turn_events, compaction_sources
-from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
+from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, resolve_run_id, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
 from workbench.store.queries.runtime import last_checkpoint, response_cache_hits
 
 

@@ -7,6 +7,7 @@ from datetime import date, datetime, time, timezone
 import duckdb
 import polars as pl
 
+from workbench.errors import WorkbenchError
 from workbench.store.queries._base import Filters, _Sql, _frame, _q
 from workbench.store.queries.spend import _RUN_MONEY, unknown_when_unpriced
 
@@ -147,6 +148,22 @@ def run_calls(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
         SELECT call_id, request_json, response_json, output_text, tool_calls FROM call_bodies
         WHERE list_contains($ids, call_id)""", {"ids": calls["call_id"].to_list()})
     return calls.join(bodies, on="call_id", how="left", maintain_order="left")
+
+
+def resolve_run_id(con: duckdb.DuckDBPyConnection, given: str) -> str:
+    """The whole id of the run that `given` names: the id itself, or a prefix only one run's id
+    starts with. Several runs: `WB_RUN_AMBIGUOUS`, naming them; none: `WB_RUN_NOT_FOUND`."""
+    shown = 10
+    ids = _frame(con, """SELECT run_id FROM runs WHERE starts_with(run_id, $given) ORDER BY run_id = $given DESC,
+                         run_id LIMIT $limit""", {"given": given, "limit": shown + 1})["run_id"].to_list()
+    if ids and (ids[0] == given or len(ids) == 1):
+        return ids[0]
+    if not ids:
+        raise WorkbenchError("WB_RUN_NOT_FOUND", f"no run id in the store is or starts with {given!r}",
+                             "list runs, with their ids: workbench runs list")
+    more = " and more" if len(ids) > shown else ""
+    raise WorkbenchError("WB_RUN_AMBIGUOUS", f"{given!r} starts the ids of several runs: {', '.join(ids[:shown])}{more}",
+                         f"give more of the id, e.g. {ids[0]}")
 
 
 def run_detail(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
