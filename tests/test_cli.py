@@ -80,11 +80,11 @@ def test_version_is_the_installed_distributions():
 
 def test_fixed_values_are_checked_before_anything_opens_the_store(tmp_path):
     db = tmp_path / "never.duckdb"
-    for args in (["report", "cost", "--by", "nope"], ["report", "cache", "--format", "xml"],
+    for args in (["report", "cost", "--format", "nope"], ["report", "cache", "--format", "xml"],
                  ["report", "failures", "--by", "model"], ["runs", "list", "--limit", "0"]):
         result = workbench(*args, "--db", str(db))
         assert result.returncode == 2 and "WB_CLI_USAGE" in result.stderr, (args, result.stderr)
-    assert "'model', 'prompt', 'day'" in workbench("report", "cost", "--by", "nope", "--db", str(db)).stderr
+    assert "'model', 'prompt'" in workbench("report", "cache", "--by", "nope", "--db", str(db)).stderr
     assert not db.exists() and not list(tmp_path.iterdir())
     # the mode of an eval is checked before any suite is looked for
     assert "WB_CLI_USAGE" in workbench("eval", "--mode", "sometimes", cwd=tmp_path).stderr
@@ -190,7 +190,9 @@ HOSTILE: list[tuple[str, list[str]]] = [
     ("eval cases-from-runs", ["--prompt", "p", "--since", "2020-13-45"]),
     ("eval cases-from-runs", ["--prompt", "[/p]"]), ("eval cases-from-runs", ["--prompt", "p", "--limit", "1e999"]),
     ("prompts lock", ["--lock", "{tmp}"]), ("prompts lock", ["--evals", "{file}"]),
-    ("report cost", ["--by", "nope"]), ("report cost", ["--since", "2020-02-30", "--db", "{store}"]),
+    ("report cost", ["--by", "nope", "--db", "{store}"]), ("report cost", ["--fail-above", "lots", "--db", "{store}"]),
+    ("report cost", ["--top", "-2", "--db", "{store}"]), ("report quarantine", ["--db", "{tmp}/missing.duckdb"]),
+    ("report quarantine", ["--format", "yaml"]), ("models", ["--models", "{file}"]), ("models", ["--format", "xml"]), ("report cost", ["--since", "2020-02-30", "--db", "{store}"]),
     ("report cost", ["--db", "{tmp}"]), ("report cost", ["--db", "{tmp}/missing.duckdb"]), ("report cost", ["--db", "{file}"]),
     ("report cache", ["--by", "day"]), ("report cache", ["--since", "[/x]", "--db", "{store}"]),
     ("report compactions", ["--format", "xml"]), ("report compactions", ["--since", "yesterday", "--db", "{store}"]),

@@ -14,6 +14,7 @@ import pytest
 import workbench
 from fixtures.capture_store import Store, register_test_models
 from reliability.faults import count, run_python, workbench_cli
+from workbench.config import spool_dir_of
 from workbench.demo.fake_provider import Reply
 from workbench.store.ingest import ingest_spools
 
@@ -39,7 +40,9 @@ if how == "ctrl-c":
 if how == "tracing-shut-down":
     trace.get_tracer_provider().shutdown()  # the app's own exit code shuts OpenTelemetry down first
 if how == "kill-9":
-    spool = os.path.join(os.path.dirname(os.environ["WORKBENCH_DB"]), "spool")
+    from workbench.config import spool_dir_of
+    from pathlib import Path
+    spool = str(spool_dir_of(Path(os.environ["WORKBENCH_DB"])))
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:  # the spool thread writes within flush_interval_s
         lines = sum(open(os.path.join(spool, f), "rb").read().count(b'"kind":"call"')
@@ -61,7 +64,7 @@ def test_a_script_that_exits_right_after_its_calls_keeps_every_one(tmp_path, fak
     expected = {"return": 0, "raise": 1, "sys.exit": 3, "ctrl-c": 1, "tracing-shut-down": 0, "kill-9": -signal.SIGKILL}
     assert result.returncode in (expected[how], -signal.SIGINT), result.stderr
     assert "workbench could not" not in result.stderr, result.stderr
-    ingest_spools(db, db.parent / "spool", wait=True)  # what the exit's detached ingester has not done yet
+    ingest_spools(db, spool_dir_of(db), wait=True)  # what the exit's detached ingester has not done yet
     assert count(db, "SELECT count(*) FROM calls") == CALLS
     if how != "kill-9":  # spans are written with their call; a kill may take the last ones
         assert count(db, "SELECT count(*) FROM spans WHERE name LIKE 'chat%'") == CALLS
@@ -97,7 +100,7 @@ def test_a_stream_abandoned_without_close_is_recorded_when_the_collector_never_r
     db = tmp_path / ".workbench" / "wb.duckdb"
     result = run_python(ABANDONING_APP, fake_url, "sync", cwd=tmp_path, env={"WORKBENCH_DB": str(db)})
     assert result.returncode == 0, result.stderr
-    ingest_spools(db, db.parent / "spool", wait=True)
+    ingest_spools(db, spool_dir_of(db), wait=True)
     assert count(db, "SELECT count(*) FROM calls WHERE error_type = 'stream_abandoned' AND NOT settled") == 1
 
 
@@ -107,7 +110,7 @@ def test_a_complete_async_stream_whose_end_arrives_late_is_not_cut(tmp_path, fak
     db = tmp_path / ".workbench" / "wb.duckdb"
     result = run_python(ABANDONING_APP, fake_url, "async", cwd=tmp_path, env={"WORKBENCH_DB": str(db)})
     assert result.returncode == 0, result.stderr
-    ingest_spools(db, db.parent / "spool", wait=True)
+    ingest_spools(db, spool_dir_of(db), wait=True)
     con_rows = count(db, "SELECT count(*) FROM calls WHERE error_type IS NULL AND settled AND output_tokens > 0")
     assert con_rows == 1, count(db, "SELECT count(*) FROM calls")
 
@@ -150,7 +153,7 @@ def test_a_record_the_store_cannot_take_is_quarantined_and_blocks_nothing(tmp_pa
     # the dashboard's named query and `workbench check` show it
     from workbench.store import queries
 
-    frame = queries.read(tmp_path / "wb.duckdb", tmp_path / "spool", queries.quarantined_records)
+    frame = queries.read(tmp_path / "wb.duckdb", spool_dir_of(tmp_path / "wb.duckdb"), queries.quarantined_records)
     assert frame.height == len(quarantined) and "out of range" in frame["reason"][0]
     checked = workbench_cli("check", cwd=tmp_path, env={"WORKBENCH_DB": str(tmp_path / "wb.duckdb")})
     assert "quarantine" in checked.stdout + checked.stderr and "out of range" in checked.stdout + checked.stderr
@@ -218,5 +221,5 @@ def test_a_process_starved_of_file_descriptors_keeps_its_calls_and_records_them_
     assert result.returncode == 0, result.stderr
     assert "statuses [200]" in result.stdout  # every call of the application went through
     assert result.stderr.count("workbench could not write") == 1, result.stderr  # logged once
-    ingest_spools(db, db.parent / "spool", wait=True)
+    ingest_spools(db, spool_dir_of(db), wait=True)
     assert count(db, "SELECT count(*) FROM calls") == 21

@@ -171,7 +171,9 @@ def _emit(data, fmt: Format | str, title: str, columns: list[str] | None = None)
     # one currency: named once, in the money columns' headers
     currencies = {row["currency"] for row in rows if row.get("currency")} if "currency" in columns else {"USD"}
     single = next(iter(currencies)) if len(currencies) == 1 else None
-    shown = [name for name in columns if not (single and name == "currency")]
+    # the currency when one is named in the headers, and unpriced counts a cost beside them names
+    named = {name.replace("cost_micros", "unpriced_calls") for name in columns if "cost_micros" in name}
+    shown = [name for name in columns if not (single and name == "currency") and name not in named]
     cells = [[_money_cell(name, row) if name.endswith("_micros") else _cell(row.get(name)) for name in shown]
              for row in rows]
     if single:
@@ -182,8 +184,9 @@ def _emit(data, fmt: Format | str, title: str, columns: list[str] | None = None)
         sample = next((row[name] for row in rows if row.get(name) is not None), None)
         numeric = isinstance(sample, (int, float)) and not isinstance(sample, bool)
         header = f"{name.removesuffix('_micros')} ({single})" if single and name.endswith("_micros") else name
-        # an id or an amount is printed whole on one line, however narrow the terminal; other text folds
-        whole = name.endswith(("_id", "_micros"))
+        # an id, an amount or a short value (a time, a status, a count) is printed whole on one line,
+        # however narrow the terminal; longer text folds
+        whole = name.endswith(("_id", "_micros")) or max(len(line[index]) for line in cells) <= 20
         table.add_column(header, justify="right" if numeric else "left", no_wrap=whole,
                          overflow="fold", min_width=max(len(line[index]) for line in cells) if whole else None)
     for line in cells:

@@ -27,7 +27,7 @@ def _cost_table(frame, keys: tuple[str, ...]):
         return pl.concat_str(parts, separator=" / ").alias(f"{kind} ms p50/95/99")
 
     replayed = pl.when(pl.col("replayed_calls") > 0).then(pl.col("replayed_cost_micros"))  # none: left blank
-    return frame.select(*keys, "currency", "calls", "unpriced_calls", "cost_micros", "replayed_calls",
+    return frame.select(*keys, "currency", "calls", "unpriced_calls", "cost_micros", pl.col("replayed_calls").alias("replayed"),
                         replayed.alias("replayed_cost_micros"), spread("ttfb"), spread("duration"))
 
 
@@ -36,7 +36,7 @@ def report_cost(
     by: Annotated[str | None, typer.Option(
         help="model, provider, prompt, day, week, month, run (top-level run name), or any tag key "
              "(user, tenant, ...; tag:KEY for a tag named like one of these). Default: model")] = None,
-    top: Annotated[int | None, typer.Option(help="the N most expensive groups, the rest summed into one row")] = None,
+    top: Annotated[int | None, typer.Option(min=1, max=LIMIT_MAX, help="the N most expensive groups, the rest summed into one row")] = None,
     fail_above: Annotated[str | None, typer.Option(
         help="exit 1 when the spend (each group's, with --by) is above this amount of the currency's major "
              "unit: --fail-above 50 is $50")] = None,
@@ -55,6 +55,12 @@ def report_cost(
     limit = _amount(fail_above) if fail_above is not None else None
 
     def work(con):
+        if group not in queries.BUILT_IN and not group.startswith("tag:") and group not in queries.tag_keys(con):
+            known = ", ".join(queries.tag_keys(con)) or "none yet"
+            raise WorkbenchError(
+                "WB_CONFIG_INVALID", f"--by {group!r} is neither a report key nor a tag key of any run (tag keys: {known})",
+                f"use --by {', '.join(queries.BUILT_IN)} or a tag key given to workbench.run(..., tags=...); "
+                f"tag:{group} groups by it anyway (every call then in '(none)')")
         with queries.scope(con, filters):
             return (queries.spend_by(con, filters, group), queries.currency_totals(queries.spend_cube(con, filters)),
                     queries.unpriced_models(con, filters))
@@ -193,8 +199,11 @@ def runs_list(
 
         bills = [format_bill(cost) if cost is not None else ("unpriced" if unpriced else "")
                  for cost, unpriced in zip(frame["cost_micros"], frame["unpriced_calls"])]
-        frame = frame.select("run_id", "name", "status", "started_at", "calls", "unpriced_calls", "replayed_calls",
-                             "cost_micros", pl.Series("bill", bills, dtype=pl.Utf8), "replayed_cost_micros")
+        # one line a run in a 140-column log: the start to the minute, the cost naming its unpriced
+        # calls, replays counted only where there are any (what they would cost: `runs show`, CSV, JSON)
+        replays = (pl.col("replayed_calls").alias("replayed"),) if frame["replayed_calls"].fill_null(0).sum() else ()
+        frame = frame.select("run_id", "name", "status", pl.col("started_at").dt.strftime("%Y-%m-%d %H:%M"),
+                             "calls", *replays, "cost_micros", "unpriced_calls", pl.Series("bill", bills, dtype=pl.Utf8))
     _emit(frame, fmt, "runs")
 
 

@@ -56,6 +56,11 @@ def key_columns(by: str) -> tuple[str, ...]:
     return (key if key not in (*SUMS, *LATENCY, "currency", "tag_value") else f"tag:{key}",)
 
 
+def tag_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every tag key a run in the store carries, for `--by` to name the ones that exist."""
+    return [key for (key,) in con.execute("SELECT DISTINCT key FROM run_tags ORDER BY key").fetchall()]
+
+
 def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str) -> pl.DataFrame:
     """Spend and latency grouped by `by` (a name of `BUILT_IN`, else a tag key; `tag:KEY` forces a tag),
     most expensive first (time keys: in time order)."""
