@@ -37,6 +37,8 @@ CODES: dict[str, str] = {
     "WB_EVAL_THRESHOLD": "a score dropped from the baseline by more than the tolerance",
     "WB_EVAL_COST": "the cost per case rose more than --max-cost-increase allows",
     "WB_EVAL_MISSING": "a declared prompt is not named by any eval suite",
+    "WB_DASHBOARD_EXPOSED": "the dashboard was asked to listen beyond this machine without a password",
+    "WB_EXPORT_REFUSED": "an export would write outside the folder it must stay in, or over a file unasked",
 }
 
 # Exit codes of the CLI: 1 is a regression found by the gate, 2 anything that prevented a verdict.
