@@ -21,10 +21,16 @@ filters = ui.page_header("Run explorer", "One run: what was said, what each call
 wanted = st.query_params.get("run_id")
 data = ui.load_page("run_explorer", filters, run_id=wanted)
 choices = data["choices"]
-labels = {row["run_id"]: f"{row['name']} · {row['status']} · {row['started_at']:%Y-%m-%d %H:%M} · {row['run_id'][:12]}"
-          for row in choices.iter_rows(named=True)}
-if wanted and wanted not in labels:
-    labels = {wanted: wanted, **labels}
+
+
+def label(row: dict) -> str:
+    return f"{row['name']} · {row['status']} · {row['started_at']:%Y-%m-%d %H:%M} · {row['run_id'][:12]}"
+
+
+labels = {row["run_id"]: label(row) for row in choices.iter_rows(named=True)}
+if wanted and wanted not in labels:  # a run the filters, or the list of the latest runs, leave out
+    found = data["tree"].filter(pl.col("run_id") == wanted)
+    labels = {wanted: label(found.row(0, named=True)) if found.height else wanted, **labels}
 if not labels:
     st.info("No runs match the filters.")
     st.stop()

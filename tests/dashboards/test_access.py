@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from processes import free_port, stop
 from workbench.cli.project import _exposed_without_password
 
 
@@ -33,12 +34,6 @@ def listening(port: int) -> set[str]:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def dashboard(tmp_path: Path, *args: str, password: str | None = None) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if key != "WORKBENCH_DASHBOARD_PASSWORD"}
     env["WORKBENCH_SPOOL_DIR"] = str(tmp_path / "spool")
@@ -57,15 +52,6 @@ def wait_listening(port: int, process: subprocess.Popen, timeout: float = 120) -
             return listening(port)
         time.sleep(0.2)
     raise AssertionError(f"nothing listens on {port} after {timeout}s")
-
-
-def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 @pytest.mark.parametrize(("args", "password", "expected"), [

@@ -17,7 +17,6 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ import pytest
 
 import dashboard_store as fx
 import hostile_store
+from processes import free_port, stop
 from workbench.money import format_micros
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -62,12 +62,6 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _wait_healthy(url: str, process: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,7 +79,7 @@ def _wait_healthy(url: str, process: subprocess.Popen, timeout: float = 120) -> 
 @contextmanager
 def serve(db: Path, folder: Path) -> Iterator[str]:
     """`workbench dashboard` over `db`, started now (cold), stopped after."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "WORKBENCH_SPOOL_DIR": str(folder / "spool")}
     env.pop("WORKBENCH_DASHBOARD_PASSWORD", None)
     with open(folder / f"dashboard-{port}.log", "wb") as log:
@@ -97,12 +91,7 @@ def serve(db: Path, folder: Path) -> Iterator[str]:
             _wait_healthy(f"http://127.0.0.1:{port}", process)
             yield f"http://127.0.0.1:{port}"
         finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 def _ensure_chromium() -> None:

@@ -126,8 +126,9 @@ def test_every_chart_has_a_trend(con):
     versions = dict(rows(con, "SELECT prompt_version, count(*) FROM calls WHERE prompt_id = 'ticket-classifier' "
                               "GROUP BY 1"))
     assert versions.get("v1", 0) > versions.get("v2", 0) > 0
-    (compaction_days,) = rows(con, "SELECT count(DISTINCT occurred_at::DATE) FROM compactions")[0]
-    assert compaction_days >= 5
+    compaction_days, failed_compactions = rows(con, "SELECT count(DISTINCT occurred_at::DATE), "
+                                                    "count(*) FILTER (WHERE outcome <> 'ok') FROM compactions")[0]
+    assert compaction_days >= 5 and failed_compactions >= 1
     (eval_times,) = rows(con, "SELECT count(DISTINCT started_at::DATE) FROM eval_runs")[0]
     assert eval_times >= 5
     (failure_days,) = rows(con, "SELECT count(DISTINCT started_at::DATE) FROM runs WHERE status = 'failed'")[0]
@@ -138,7 +139,8 @@ def test_the_demo_records_everything_the_product_shows(first):
     result, db = first
     got = figures(db)
     assert {"WB_BUDGET_EXCEEDED", "WB_AGENT_MAX_TURNS", "WB_AGENT_TOOL_LOOP", "WB_LLM_TRUNCATED",
-            "WB_AGENT_DEADLINE", "RemoteProtocolError", "OverloadedError", "RuntimeError"} <= set(got["failed"])
+            "WB_AGENT_DEADLINE", "WB_AGENT_CONTEXT_EXHAUSTED", "RemoteProtocolError", "OverloadedError",
+            "RuntimeError"} <= set(got["failed"])
     assert got["failed_billed"] > 0 and got["unsettled"] >= 1  # the cut stream: counted, not estimated
     assert got["compactions"] >= 5
     assert "regression" in got["eval_verdicts"] and got["eval_verdicts"].count("pass") >= 15

@@ -204,7 +204,8 @@ class Demo:
             add(office_hour(), self._support_agent(rng))
         add(6, self._digest(rng, fail=(day.week, day.weekday) in {(1, 4), (3, 2)}))
         if day.weekday in (1, 4):
-            add(15 + rng.random(), self._handbook_reader)
+            add(15 + rng.random(), self._handbook_reader(rng.randint(10, 24), summarizer_down=(day.week, day.weekday)
+                                                        == SUMMARIZER_DOWN))
         if day.weekday == 0:
             add(8, self._gate(("classifier", None), ("extractor", None), ("summarizer", None)))
             if day.week == CANARY[0]:
@@ -370,16 +371,16 @@ class Demo:
         return lambda: self.scenario("support-agent", researcher, user=user, customer=company.USER_CUSTOMER[user],
                                      channel="agent")
 
-    def _handbook_reader(self) -> None:
+    def _handbook_reader(self, pages: int, summarizer_down: bool = False) -> Callable[[], None]:
         from workbench.runtime import Agent
 
         def fetch(page: int) -> str:
             """Fetch one page of the handbook."""
-            return f"page {page}: " + "policy text " * 150
+            return f"page {page}{UNSUMMARISABLE if summarizer_down else ''}: " + "policy text " * 150
 
-        self.scenario("handbook-reader", lambda: Agent(
-            self.gateway(), HANDBOOK_TASK, [fetch], max_turns=HANDBOOK_PAGES + 2, max_tokens=300, model=SMALL_MODEL,
-            name="handbook-reader").run(), channel="agent")
+        return lambda: self.scenario("handbook-reader", lambda: Agent(
+            self.gateway(), HANDBOOK_TASK.format(pages=pages), [fetch], max_turns=pages + 2, max_tokens=300,
+            model=SMALL_MODEL, name="handbook-reader").run(), channel="agent")
 
     def _gate(self, *suites: tuple[str, str | None]) -> Callable[[], None]:
         def gate():
@@ -457,25 +458,32 @@ def slow_search(query: str) -> str:
     return "results"
 
 
-HANDBOOK_TASK = "Read the handbook page by page, then answer: what is the refund window?"
-HANDBOOK_PAGES = 14
+HANDBOOK_TASK = "Read the {pages}-page handbook page by page, then answer: what is the refund window?"
+UNSUMMARISABLE = " (scanned copy)"  # pages the summary model answers nothing for: the compaction fails
+SUMMARIZER_DOWN = (2, 4)  # when: week 2, Friday
 
 
 def _read_handbook(request: FakeRequest) -> Reply | None:
     """The handbook reader's model: fetch the next page until the last, then answer; summarise
     when the runtime compacts (its summary request carries the conversation as text)."""
     from workbench.demo.answers import read
+    from workbench.runtime.compaction import INSTRUCTIONS
 
     system, user, _ = read(request)
-    if "summar" in system.lower() and "handbook" in (system + user).lower():
-        return Reply(text="Summary: pages read so far say refunds are allowed within 30 days.")
+    if INSTRUCTIONS in system:  # the runtime compacting the reader's conversation
+        if UNSUMMARISABLE in user:
+            return Reply(text="")
+        pages = re.findall(r"result of fetch: page (\d+)", user)
+        return Reply(text=f"Summary: pages {pages[0]} to {pages[-1]} say refunds are allowed within 30 days."
+                     if pages else "Summary: nothing read yet.")
     body = request.json if isinstance(request.json, dict) else {}
     text = json.dumps(body.get("messages", []))
-    if HANDBOOK_TASK not in text:
+    task = re.search(r"Read the (\d+)-page handbook", text)
+    if task is None:
         return None
     pages = [int(number) for number in re.findall(r'"page": (\d+)', text)]
     page = 1 + max(pages, default=0)
-    if page > HANDBOOK_PAGES:
+    if page > int(task.group(1)):
         return Reply(text="The handbook allows refunds within 30 days.")
     return Reply(tool_calls=[("fetch", {"page": page})])
 
