@@ -303,8 +303,9 @@ def formatted(frame: pl.DataFrame, money_columns: tuple[str, ...] = (), exact_co
     return out
 
 
-# never in a table (the CSV keeps them): each amount names its currency and its unpriced calls
-_HIDDEN = ("currency", "priced_calls", "unpriced_calls")
+# never in a table (the CSV keeps them): each amount names its currency (and a rounded total its
+# unpriced calls, so `unpriced_calls` goes too where there is one)
+_HIDDEN = ("currency", "priced_calls")
 # free text that would push the figures off screen: shown after them
 _LONG_TEXT = ("error_message", "output", "url", "prompt_hash", "git_commit", "scores", "error", "tags", "tag_list")
 _LABEL_TYPES = (pl.Utf8, pl.Categorical, pl.Date, pl.Datetime)
@@ -340,7 +341,8 @@ def table(frame: pl.DataFrame, name: str, money_columns: tuple[str, ...] = ("cos
     display = with_prompt_labels(shown.drop([f"{a}_micros" for a in amounts]))
     if leading is not None:
         leading = tuple("prompt" if c in ("prompt_id", "prompt_version") else c for c in leading)
-    order = display_order(display, amounts, leading, hide)
+    named = ("unpriced_calls",) if any(c in frame.columns for c in money_columns) else ()
+    order = display_order(display, amounts, leading, (*hide, *named))
     config = {c: st.column_config.Column(width="medium") for c in order
               if isinstance(display.schema[c], pl.Utf8) and c not in amounts}
     config.update(column_config or {})
