@@ -123,9 +123,9 @@ def settle(page) -> None:
     from playwright.sync_api import expect
 
     page.wait_for_load_state("networkidle")
-    expect(page.locator('[data-testid="stStatusWidget"]')).to_have_count(0, timeout=60_000)
+    expect(page.locator('[data-testid="stStatusWidget"]')).to_have_count(0, timeout=180_000)
     for placeholder in ('[data-testid="stSkeleton"]', '[data-testid="stSkeletonElement"]'):
-        expect(page.locator(placeholder)).to_have_count(0, timeout=60_000)
+        expect(page.locator(placeholder)).to_have_count(0, timeout=180_000)
     page.wait_for_timeout(800)
 
 
@@ -138,7 +138,7 @@ def test_every_page_cold_in_chromium(dashboard_db, tmp_path, browser, path, titl
         page.add_init_script(PAINTS)
         page.goto(f"{url}/{path}")
         for text in texts:
-            expect(page.get_by_text(text, exact=False).first).to_be_visible(timeout=60_000)
+            expect(page.get_by_text(text, exact=False).first).to_be_visible(timeout=180_000)
         settle(page)
         paints = page.evaluate("window.__paints")
         shown = [paint for paint in paints if not paint["blank"]]
@@ -198,6 +198,6 @@ def test_recorded_text_is_shown_as_text_and_fetches_nothing(tmp_path, browser):
             for view, shown in (("R2", "Hi Grace. ![x]("), ("R1", "**bold-prompt** :red[prompt] $x^2$")):
                 page.goto(f"{url}/run_explorer?run_id={view}")
                 settle(page)
-                expect(page.get_by_text(shown, exact=False).first).to_be_visible(timeout=60_000)
+                expect(page.get_by_text(shown, exact=False).first).to_be_visible(timeout=180_000)
             page.wait_for_timeout(2000)  # any image a page asked for has been requested by now
         assert hits == [], f"the browser fetched what recorded text pointed at: {sorted(set(hits))}"
