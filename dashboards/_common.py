@@ -1,12 +1,19 @@
 """What every page shares: where the store is, the filters (kept in the URL so a view can be
 shared), cached reads that never hold the store open, and money and table formatting.
 
+Recorded text (prompts, answers, model and run names, tags, errors, case ids) is shown as text,
+never as markup: in tables, chart labels, widget options, `st.text` and `st.code`. Streamlit renders
+titles, captions, alerts and even metric values as Markdown, where an image link in a prompt would
+make every viewer's browser fetch it, and no escaping stops a URL from becoming a link there; only
+values of our own (counts, amounts, the store's path, through `escaped()`) go into Markdown.
+
 Money stays integer micro-minor units until it is shown: every amount is shown exact (`workbench.money.
 format_amount`: sub-cent where it is sub-cent, the currency named), so rows add up to their totals;
 charts divide to major units only to draw an axis; CSV downloads keep the integers beside the text."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -72,18 +79,20 @@ def _guard(fn: Callable):
     except q.StoreMissing:
         empty_store(db, missing=True)
     except WorkbenchError as exc:
-        st.error(f"**{exc.code}**: {exc.cause}\n\n**Fix:** {exc.fix}")
+        st.error(f"**{exc.code}**: {escaped(exc.cause)}\n\n**Fix:** {escaped(exc.fix)}")
         if exc.code == "WB_STORE_LOCKED":
             st.button("Retry", key=f"retry-{exc.code}")
         st.stop()
 
 
 def empty_store(db: str, missing: bool = False) -> None:
-    what = f"There is no store at `{db}` yet." if missing else f"The store at `{db}` holds no calls or runs yet."
+    where = escaped(db)
+    what = f"There is no store at {where} yet." if missing else f"The store at {where} holds no calls or runs yet."
     st.info(
-        f"{what}\n\nFill it with the offline demo:\n\n```\nworkbench demo\n```\n\nor record your own app: "
-        "wrap its calls in `with workbench.run(\"name\"):` and they appear here on refresh. To look at "
-        "another store: `workbench dashboard --db PATH`."
+        f"{what}\n\nFill it with the offline demo:\n\n```\nworkbench demo\n```\n\nor record your own app: give "
+        "its SDK client `http_client=workbench.http_client()` (or call `workbench.instrument()`), wrap its work in "
+        "`with workbench.run(\"name\"):`, and its calls appear here on refresh. To look at another store: "
+        "`workbench dashboard --db PATH`."
     )
     st.stop()
 
@@ -146,12 +155,16 @@ def _url_filters() -> q.Filters:
 
 def page_header(title: str, caption: str) -> q.Filters:
     """The page title, the sidebar (navigation and filters) and the filters chosen, written back to
-    the URL. Stops the page with guidance when the store is missing or empty."""
+    the URL. The title and the navigation are drawn before the store is read, so the page never
+    paints blank. Stops the page with guidance when the store is missing or empty."""
     st.title(title)
     st.caption(caption)
+    st.html(_STYLE)
     db, spool = store_paths()
-    nav = st.sidebar.container()
-    options, counts = _guard(lambda: _options(db, spool))
+    nav = st.sidebar.empty()
+    _navigation(nav, _url_filters(), db)
+    with st.spinner("Reading the store…"):
+        options, counts = _guard(lambda: _options(db, spool))
     current = _url_filters()
     side = st.sidebar
     side.subheader("Filters")
@@ -177,13 +190,60 @@ def page_header(title: str, caption: str) -> q.Filters:
         key: value if isinstance(value, list) else [value] for key, value in wanted.items()
     }:
         st.query_params.from_dict(wanted)
-    with nav:
-        for path, label, icon in PAGES:
-            st.page_link(path, label=label, icon=icon, query_params=params_of(filters) or None)
-        st.caption(f"Store: `{db}` · refreshes every {TTL_S}s")
+        _navigation(nav, filters, db)  # the links keep the filters just chosen
     if not counts["calls"] and not counts["runs"]:
         empty_store(db)
     return filters
+
+
+def _navigation(slot, filters: q.Filters, db: str) -> None:
+    with slot.container():
+        for path, label, icon in PAGES:
+            st.page_link(path, label=label, icon=icon, query_params=params_of(filters) or None)
+        st.caption(f"Store: {escaped(db)} · refreshes every {TTL_S}s")
+
+
+# metric values wrap instead of being cut with an ellipsis (an exact sub-cent amount is long)
+_STYLE = """<style>
+[data-testid="stMetricValue"] [data-testid="stMarkdownContainer"], [data-testid="stMetricValue"] p {
+  white-space: normal !important; overflow: visible !important; text-overflow: clip !important;
+  overflow-wrap: anywhere; line-height: 1.15;
+}
+[data-testid="stMetricValue"] { font-size: 1.9rem; height: auto !important; }
+</style>"""
+
+
+# -- recorded text ---------------------------------------------------------------------------------
+
+_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def escaped(text: object) -> str:
+    """A value of our own (a path, an error's cause) for a Markdown string, shown as itself: every
+    ASCII punctuation mark backslash-escaped (CommonMark: an escaped mark is literal) and line breaks
+    as spaces, so no image, emphasis, colour or formula comes out of it. Not for recorded text (a URL
+    in it would still become a link) and never inside a code span."""
+    return _PUNCTUATION.sub(r"\\\1", str(text)).replace("\r", " ").replace("\n", " ")
+
+
+def prompt_label(prompt_id: str | None, version: str | None) -> str:
+    """`ticket-classifier v1`; a bare number gets its `v` (`greet v2`); a call outside any prompt
+    is `(no prompt)`."""
+    if prompt_id is None:
+        return "(no prompt)"
+    if version is None:
+        return prompt_id
+    return f"{prompt_id} v{version}" if re.fullmatch(r"\d+(\.\d+)*", version) else f"{prompt_id} {version}"
+
+
+def with_prompt_labels(frame: pl.DataFrame) -> pl.DataFrame:
+    """`prompt_id` and `prompt_version` as one `prompt` column, where the id was."""
+    if "prompt_id" not in frame.columns or "prompt_version" not in frame.columns:
+        return frame
+    labels = [prompt_label(i, v) for i, v in zip(frame["prompt_id"].to_list(), frame["prompt_version"].to_list())]
+    at = frame.columns.index("prompt_id")
+    out = frame.drop("prompt_id", "prompt_version")
+    return out.insert_column(min(at, out.width), pl.Series("prompt", labels, dtype=pl.Utf8))
 
 
 # -- money and tables ----------------------------------------------------------------------------
@@ -256,20 +316,51 @@ def formatted(frame: pl.DataFrame, money_columns: tuple[str, ...] = (), exact_co
     return out
 
 
+# never in a table (the CSV keeps them): each amount names its currency (and a rounded total its
+# unpriced calls, so `unpriced_calls` goes too where there is one)
+_HIDDEN = ("currency", "priced_calls", "replayed_priced_calls")
+# free text that would push the figures off screen: shown after them
+_LONG_TEXT = ("error_message", "output", "url", "prompt_hash", "git_commit", "scores", "error", "tags", "tag_list")
+_LABEL_TYPES = (pl.Utf8, pl.Categorical, pl.Date, pl.Datetime)
+
+
+def display_order(frame: pl.DataFrame, amounts: list[str], leading: tuple[str, ...] | None = None,
+                  hide: tuple[str, ...] = ()) -> list[str]:
+    """A table's columns as shown: the run link, then the labels that name a row (`leading`, else
+    the first three), then the amounts, then the counts, long text last: the cost is visible
+    without scrolling sideways."""
+    shown = [c for c in frame.columns if c not in hide and c not in _HIDDEN]
+    link = ["run"] if "run" in shown else []
+    if link:
+        shown = [c for c in shown if c != "run_id"]  # the link shows it
+    long = [c for c in shown if c in _LONG_TEXT]
+    rest = [c for c in shown if c not in link and c not in long and c not in amounts]
+    if leading is None:
+        leading = tuple([c for c in rest if isinstance(frame.schema[c], _LABEL_TYPES)][:3])
+    labels = [c for c in leading if c in rest]
+    return [*link, *labels, *[a for a in amounts if a in shown], *[c for c in rest if c not in labels], *long]
+
+
 def table(frame: pl.DataFrame, name: str, money_columns: tuple[str, ...] = ("cost_micros", "replayed_cost_micros"),
-          exact_columns: tuple[str, ...] = (), hide: tuple[str, ...] = ("priced_calls", "replayed_priced_calls"),
-          column_config: dict | None = None, height: int | None = None) -> None:
-    """A table with money shown exact in its currency, and a CSV download with the integer micro-minor
-    units beside the text."""
+          exact_columns: tuple[str, ...] = (), hide: tuple[str, ...] = (), column_config: dict | None = None,
+          height: int | None = None, leading: tuple[str, ...] | None = None) -> None:
+    """A table with money shown exact in its currency right after the labels, prompts as `id version`,
+    and a CSV download (integer micro-minor units and the raw columns kept)."""
     if frame.is_empty():
         st.caption("Nothing matches the filters.")
         return
     shown = formatted(frame, money_columns, exact_columns)
-    amounts = {c: c.removesuffix("_micros") for c in (*money_columns, *exact_columns) if c in frame.columns}
-    # each amount shown as currency text where its integer column was; the CSV keeps both
-    order = [amounts.get(c, c) for c in frame.columns if c not in hide and c not in ("currency",)]
-    display = shown.select(order)
-    st.dataframe(display, hide_index=True, column_config=column_config, height=height or "auto",
+    amounts = [c.removesuffix("_micros") for c in (*money_columns, *exact_columns) if c in frame.columns]
+    display = with_prompt_labels(shown.drop([f"{a}_micros" for a in amounts]))
+    if leading is not None:
+        leading = tuple("prompt" if c in ("prompt_id", "prompt_version") else c for c in leading)
+    # the unpriced calls a shown cost names beside it (`cost` its `unpriced_calls`, `replayed_cost` its own)
+    named = tuple(c.replace("cost_micros", "unpriced_calls") for c in money_columns if c in frame.columns and "cost_micros" in c)
+    order = display_order(display, amounts, leading, (*hide, *named))
+    config = {c: st.column_config.Column(width="medium") for c in order
+              if isinstance(display.schema[c], pl.Utf8) and c not in amounts}
+    config.update(column_config or {})
+    st.dataframe(display.select(order), hide_index=True, column_config=config, height=height or "auto",
                  width="stretch")
     flat = shown.with_columns(pl.col(c).cast(pl.List(pl.Utf8)).list.join(", ") for c, dtype in shown.schema.items()
                               if isinstance(dtype, pl.List))
@@ -305,11 +396,13 @@ def bar_chart(frame: pl.DataFrame, x: str, y: str, color: str | None, title: str
         )
         y_field, y_title = "_amount", f"spend ({currency})"
         tooltip.append(alt.Tooltip("amount:N"))
+        y_axis = alt.Axis()
     else:
         y_field, y_title = y, y.replace("_", " ")
         tooltip.append(alt.Tooltip(f"{y}:Q"))
-    encoding = {"x": alt.X(f"{x}:{x_type}", title=x.replace("_", " ")), "y": alt.Y(f"{y_field}:Q", title=y_title),
-                "tooltip": tooltip}
+        y_axis = alt.Axis(tickMinStep=1, format="d")  # a count: whole-number ticks only
+    encoding = {"x": alt.X(f"{x}:{x_type}", title=x.replace("_", " ")),
+                "y": alt.Y(f"{y_field}:Q", title=y_title, axis=y_axis), "tooltip": tooltip}
     if color:
         encoding["color"] = alt.Color(f"{color}:N", title=color.replace("_", " "))
     chart = alt.Chart(data).mark_bar().encode(**encoding).properties(

@@ -1,7 +1,7 @@
-"""The Workbench dashboard: `workbench dashboard [--db PATH] [--port N]` runs this file with
-Streamlit. It is the router: each page is its own file beside it, reading only
-`workbench.store.queries`; the sidebar (navigation that keeps the filters, then the filters) is
-drawn by `_common.page_header` on every page."""
+"""The Workbench dashboard: `workbench dashboard [--db PATH] [--port N] [--host ADDRESS]` runs this
+file with Streamlit. It is the router: the password check (`_access`), then each page, its own
+file beside it, reading only `workbench.store.queries`; the sidebar (navigation that keeps the
+filters, then the filters) is drawn by `_common.page_header` on every page."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the pages import _common beside them
 
+from _access import require_password  # noqa: E402
 from _common import PAGES  # noqa: E402
 
 st.set_page_config(page_title="Workbench", page_icon=":material/monitoring:", layout="wide")
 pages = [st.Page(path, title=title, icon=icon, default=index == 0) for index, (path, title, icon) in enumerate(PAGES)]
-st.navigation(pages, position="hidden").run()
+page = st.navigation(pages, position="hidden")
+require_password()  # before any page reads the store
+page.run()

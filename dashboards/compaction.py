@@ -13,7 +13,7 @@ data = ui.load_page("compaction", filters)
 totals = data["totals"].row(0, named=True)
 
 if not totals["events"]:
-    st.info("No compactions match the filters. Agents built with `workbench.agent(...)` compact automatically near "
+    st.info("No compactions match the filters. Agents built with `workbench.Agent(...)` compact automatically near "
             "their context limit; apps running their own loop report theirs with `workbench.event(\"agent.compact\", ...)`.")
     st.stop()
 

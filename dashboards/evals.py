@@ -29,8 +29,8 @@ cols[3].metric("Cost per case", ui.money(int(history["cost_micros"].fill_null(0)
 
 st.subheader("Score history")
 chart_data = history.with_columns(
-    pl.concat_str([pl.col("prompt_id").fill_null("?"), pl.col("prompt_version").fill_null("?")], separator=" v")
-    .alias("prompt version"))
+    pl.Series("prompt version", [ui.prompt_label(i, v) for i, v in zip(history["prompt_id"], history["prompt_version"])],
+              dtype=pl.Utf8))
 chart = alt.Chart(chart_data).mark_line(point=True).encode(
     x=alt.X("started_at:T", title="run"), y=alt.Y("mean_score:Q", title="mean score"),
     color=alt.Color("prompt version:N"), strokeDash=alt.StrokeDash("suite:N"),
@@ -44,8 +44,8 @@ ui.table(history.sort("started_at", descending=True), "eval_runs",
 
 st.subheader("Cases")
 runs = history.sort("started_at", descending=True)
-labels = {row["eval_run_id"]: f"{row['suite']} · {row['prompt_id']} v{row['prompt_version']} · {row['verdict']} · "
-          f"{row['started_at']:%Y-%m-%d %H:%M}" for row in runs.iter_rows(named=True)}
+labels = {row["eval_run_id"]: f"{row['suite']} · {ui.prompt_label(row['prompt_id'], row['prompt_version'])} · "
+          f"{row['verdict']} · {row['started_at']:%Y-%m-%d %H:%M}" for row in runs.iter_rows(named=True)}
 wanted = st.query_params.get("eval_run_id")
 picked = st.selectbox("Eval run", list(labels), format_func=labels.get,
                       index=list(labels).index(wanted) if wanted in labels else 0)

@@ -44,7 +44,8 @@ with right:
 
 st.subheader("Failed runs")
 runs = data["runs"]
-ui.table(ui.with_explorer_links(runs), "failed_runs", column_config={"run": ui.explorer_link_column()})
+ui.table(ui.with_explorer_links(runs), "failed_runs", column_config={"run": ui.explorer_link_column()},
+         leading=("name", "error_code"))
 if not runs.is_empty():
     labels = {row["run_id"]: f"{row['name']} · {row['error_code'] or row['error_type'] or 'failed'} · {row['run_id'][:12]}"
               for row in runs.iter_rows(named=True)}

@@ -51,10 +51,8 @@ if not by_day.is_empty():
     split = st.segmented_control("Spend over time by", ["model", "prompt version", "none"], default="model")
     frame = by_day.filter(pl.col("currency") == currency) if currency else by_day
     if split == "prompt version":
-        frame = frame.with_columns(
-            pl.concat_str([pl.col("prompt_id").fill_null("(no prompt)"), pl.col("prompt_version").fill_null("-")],
-                          separator=" v").alias("prompt version"))
-    key = {"model": "model", "prompt version": "prompt version"}.get(split or "none")
+        frame = ui.with_prompt_labels(frame)
+    key = {"model": "model", "prompt version": "prompt"}.get(split or "none")
     grouped = frame.group_by(["day", *([key] if key else [])]).agg(pl.col("cost_micros").sum()).sort("day")
     grouped = grouped.with_columns(pl.col("day").cast(pl.Utf8))
     ui.bar_chart(grouped, "day", "cost_micros", key, "Spend per day (UTC)", x_type="O", currency=currency)

@@ -46,13 +46,11 @@ if not by.is_empty():
         .then(pl.col("cache_read_tokens") / (pl.col("input_tokens") + pl.col("cache_read_tokens")
                                             + pl.col("cache_write_tokens")) * 100).round(1).alias("read_share_%"),
         (pl.col("hit_calls") / pl.col("calls") * 100).round(1).alias("hit_rate_%"),
-        pl.concat_str([pl.col("prompt_id").fill_null("(no prompt)"), pl.col("prompt_version").fill_null("-")],
-                      separator=" v").alias("prompt"),
     )
-    chart = by.filter(pl.col("currency").is_null() | (pl.col("currency") == currency))
+    chart = ui.with_prompt_labels(by.filter(pl.col("currency").is_null() | (pl.col("currency") == currency)))
     chart = chart.group_by("prompt", "model").agg(pl.col("net_savings_micros").sum())
     ui.bar_chart(chart, "prompt", "net_savings_micros", "model", "Net savings by prompt", x_type="N", currency=currency)
-ui.table(by.drop("prompt") if "prompt" in by.columns else by, "cache_by_prompt_model", money_columns=(),
+ui.table(by, "cache_by_prompt_model", money_columns=(),
          exact_columns=("net_savings_micros", "read_savings_micros", "write_premium_micros"))
 
 st.subheader("Unstable prefixes")

@@ -11,15 +11,26 @@ import streamlit as st
 
 import _common as ui
 from _transcript import turns
+from workbench.config import project_root
+from workbench.errors import WorkbenchError
+from workbench.replay.export import export_run
+
+LONG_SYSTEM_CHARS = 1500  # a longer system prompt (a handbook, the docs) is folded
 
 filters = ui.page_header("Run explorer", "One run: what was said, what each call cost, where the time went.")
 wanted = st.query_params.get("run_id")
 data = ui.load_page("run_explorer", filters, run_id=wanted)
 choices = data["choices"]
-labels = {row["run_id"]: f"{row['name']} · {row['status']} · {row['started_at']:%Y-%m-%d %H:%M} · {row['run_id'][:12]}"
-          for row in choices.iter_rows(named=True)}
-if wanted and wanted not in labels:
-    labels = {wanted: wanted, **labels}
+
+
+def label(row: dict) -> str:
+    return f"{row['name']} · {row['status']} · {row['started_at']:%Y-%m-%d %H:%M} · {row['run_id'][:12]}"
+
+
+labels = {row["run_id"]: label(row) for row in choices.iter_rows(named=True)}
+if wanted and wanted not in labels:  # a run the filters, or the list of the latest runs, leave out
+    found = data["tree"].filter(pl.col("run_id") == wanted)
+    labels = {wanted: label(found.row(0, named=True)) if found.height else wanted, **labels}
 if not labels:
     st.info("No runs match the filters.")
     st.stop()
@@ -30,13 +41,14 @@ if picked != wanted:
 
 tree = data["tree"]
 if tree.is_empty():
-    st.warning(f"No run with id `{wanted}` is in the store (it may not be ingested yet: refresh in a few seconds).")
+    st.warning("No run with the id below is in the store (it may not be ingested yet: refresh in a few seconds).")
+    st.code(wanted, language=None)
     st.stop()
 run = tree.filter(pl.col("run_id") == wanted).row(0, named=True)
 calls = data["calls"]
 
 cols = st.columns(5)
-cols[0].metric("Status", run["status"])
+cols[0].metric("Status", run["status"] if run["status"] in ("ok", "failed", "running") else "unknown")
 cols[1].metric("Billed", ui.money(run["billed_cost_micros"], "USD", run["billed_unpriced_calls"] or 0)
                if run["billed_calls"] is not None else "no bill", help=ui.bill_note(run))
 cols[2].metric("Calls answered", f"{run['billed_calls'] or 0:,}", help=f"{run['billed_unsettled'] or 0:,} unsettled")
@@ -45,12 +57,17 @@ cols[3].metric("Tokens in / out", f"{ui.compact(tokens_in)} / {ui.compact(run['b
                help=f"{tokens_in:,} input (cached included) / {run['billed_output_tokens'] or 0:,} output")
 duration = (run["ended_at"] - run["started_at"]).total_seconds() if run["ended_at"] and run["started_at"] else None
 cols[4].metric("Duration", f"{duration:.2f}s" if duration is not None else "running")
-st.caption(f"`{run['run_id']}` · {run['name']} ({run['kind']}) · started {run['started_at']} · "
-           f"prompt {run['prompt_id'] or '–'} {run['prompt_version'] or ''} · tags {', '.join(run['tag_list'] or []) or '–'}"
-           + (f" · inside run `{run['parent_run_id']}`" if run["parent_run_id"] else ""))
+# recorded text (names, tags, errors, prompts, answers) is shown with st.text and st.code, never as
+# Markdown: escaping cannot stop Markdown from turning a recorded URL into a link
+st.text(" · ".join((
+    run["run_id"], f"{run['name']} ({run['kind']})", f"started {run['started_at']}",
+    "prompt " + ui.prompt_label(run["prompt_id"], run["prompt_version"]),
+    "tags " + (", ".join(run["tag_list"] or []) or "–"),
+    *([f"inside run {run['parent_run_id']}"] if run["parent_run_id"] else []))))
 if run["status"] == "failed":
-    st.warning(f"**{run['error_code'] or run['error_type'] or 'failed'}**: {run['error_message'] or ''}",
-               icon=":material/error:")
+    st.warning("This run failed, with the error below.", icon=":material/error:")
+    st.code(f"{run['error_code'] or run['error_type'] or 'failed'}: {run['error_message'] or ''}", language=None,
+            wrap_lines=True)
 
 turn_events = data["turns"]
 transcript, call_tab, turn_tab, waterfall, inner, exporting = st.tabs(
@@ -64,23 +81,27 @@ with transcript:
              "tool": ":material/build:"}
     for index, (call, sent, answered) in enumerate(turns(calls.to_dicts())):
         cost = ui.exact(call["cost_micros"], call["currency"]) if call["settled"] else "unsettled"
-        st.markdown(f"**Call {index + 1}** · `{call['model']}` · {call['input_tokens'] or 0:,} in + "
-                    f"{call['cache_read_tokens'] or 0:,} cache read + {call['cache_write_tokens'] or 0:,} cache write → "
-                    f"{call['output_tokens'] or 0:,} out · {cost}")
+        st.markdown(f"**Call {index + 1}**")
+        st.text(f"{call['model'] or '?'} · {call['input_tokens'] or 0:,} in + {call['cache_read_tokens'] or 0:,} cache "
+                f"read + {call['cache_write_tokens'] or 0:,} cache write → {call['output_tokens'] or 0:,} out · {cost}")
         for entry in [*sent, *answered]:
-            with st.chat_message(entry.role, avatar=icons.get(entry.role)):
+            with st.chat_message(entry.role if entry.role in icons else "tool",
+                                 avatar=icons.get(entry.role, icons["tool"])):
                 if entry.kind == "tool_call":
-                    st.markdown(f"Tool call **{entry.name}**")
-                    st.code(entry.text, language="json")
+                    st.text(f"Tool call: {entry.name}")
+                    st.code(entry.text, language="json", wrap_lines=True)
                 elif entry.kind == "tool_result":
-                    st.markdown(f"Tool result `{entry.name}`")
-                    st.code(entry.text)
+                    st.text(f"Tool result: {entry.name}")
+                    st.code(entry.text, language=None, wrap_lines=True)
                 elif entry.kind == "raw":
-                    st.code(entry.text)
+                    st.code(entry.text, language=None, wrap_lines=True)
+                elif entry.role == "system" and len(entry.text) > LONG_SYSTEM_CHARS:
+                    with st.expander(f"System prompt · {len(entry.text):,} characters"):
+                        st.text(entry.text)
                 else:
-                    st.markdown(entry.text)
+                    st.text(entry.text)
         if call["error_type"]:
-            st.caption(f"error: {call['error_type']}: {call['error_message'] or ''}")
+            st.text(f"error: {call['error_type']}: {call['error_message'] or ''}")
 
 with call_tab:
     verdicts = data["verdicts"]
@@ -154,20 +175,14 @@ with inner:
              f"run_{wanted[:12]}_tree", column_config={"run": ui.explorer_link_column()})
 
 with exporting:
-    try:
-        from workbench.replay.export import export_run
-    except ImportError:
-        export_run = None
-    if export_run is None:
-        st.caption("Exporting runs as cassettes arrives with `workbench.replay.export` (not installed in this build).")
-    else:
-        target = st.text_input("Cassette file", value=f"cassettes/exported/run-{wanted[:12]}.json")
-        if st.button("Export as cassette and case", icon=":material/download:"):
-            try:
-                written = export_run(wanted, Path(target), db=Path(ui.store_paths()[0]))
-                paths = written if isinstance(written, (tuple, list)) else [written or target]
-                st.success("Wrote " + " and ".join(f"`{path}`" for path in paths) + ": the run is now a regression "
-                           "case that replays offline with `workbench eval`.")
-            except Exception as exc:  # noqa: BLE001 - shown to the user with its code when it has one
-                st.warning(f"{getattr(exc, 'code', type(exc).__name__)}: {getattr(exc, 'cause', exc)}"
-                           + (f"\n\nFix: {exc.fix}" if hasattr(exc, "fix") else ""))
+    folder = project_root() / "cassettes"
+    st.caption(f"Writes the run's calls as a cassette (they replay offline) and its case beside it, inside the "
+               f"project's cassette folder, {ui.escaped(folder)}.")
+    target = st.text_input("Cassette file, inside that folder", value=f"exported/run-{wanted[:12]}.json")
+    replace = st.checkbox("Replace the files if they exist")
+    if st.button("Export as cassette and case", icon=":material/download:"):
+        try:
+            written = export_run(wanted, Path(target), db=Path(ui.store_paths()[0]), within=folder, overwrite=replace)
+            st.success("Wrote " + " and ".join(ui.escaped(path) for path in written) + ".")
+        except WorkbenchError as exc:
+            st.warning(f"**{exc.code}**: {ui.escaped(exc.cause)}\n\n**Fix:** {ui.escaped(exc.fix)}")

@@ -123,7 +123,7 @@ def test_the_dashboard_command_serves_the_app(project):
         env=environment(project), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # the server imports what the pages need before it answers
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as response:

@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from workbench.errors import WorkbenchError
 
 RecordMode = Literal["replay", "record", "rerecord", "live"]
+# the dashboard's password: an environment variable only, never a setting (a pyproject.toml is committed)
+DASHBOARD_PASSWORD_ENV = "WORKBENCH_DASHBOARD_PASSWORD"
 
 
 class Settings(BaseModel):
@@ -59,18 +61,30 @@ def spool_dir_of(db: Path) -> Path:
     return work_dir_of(db) / "spool"
 
 
+def _pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above `start`."""
+    return next((folder / "pyproject.toml" for folder in (start, *start.parents)
+                 if (folder / "pyproject.toml").is_file()), None)
+
+
+def project_root(cwd: Path | None = None) -> Path:
+    """The project's folder: the nearest one at or above `cwd` that holds a pyproject.toml, else `cwd`."""
+    start = (cwd or Path.cwd()).resolve()
+    found = _pyproject(start)
+    return found.parent if found is not None else start
+
+
 def _pyproject_table(start: Path) -> tuple[dict, Path | None]:
-    for folder in (start, *start.parents):
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as exc:
-                raise WorkbenchError(
-                    "WB_CONFIG_INVALID", f"{candidate} is not valid TOML: {exc}", f"fix the syntax of {candidate}"
-                ) from exc
-            return data.get("tool", {}).get("workbench", {}), folder
-    return {}, None
+    candidate = _pyproject(start)
+    if candidate is None:
+        return {}, None
+    try:
+        data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise WorkbenchError(
+            "WB_CONFIG_INVALID", f"{candidate} is not valid TOML: {exc}", f"fix the syntax of {candidate}"
+        ) from exc
+    return data.get("tool", {}).get("workbench", {}), candidate.parent
 
 
 def _gathered(cwd: Path | None, overrides: dict) -> tuple[dict, set[str]]:

@@ -55,6 +55,8 @@ CODES: dict[str, str] = {
     "WB_EVAL_MISSING": "a declared prompt is not named by any eval suite",
     "WB_SPEND_ABOVE": "the spend in a cost report is above --fail-above (in total, or for a group with --by)",
     "WB_CHECK_EMPTY": "`workbench check` found no suites, prompts lock or cassettes to check",
+    "WB_DASHBOARD_EXPOSED": "the dashboard was asked to listen beyond this machine without a password",
+    "WB_EXPORT_REFUSED": "an export would write outside the folder it must stay in, or over a file unasked",
 }
 
 # Exit codes of the CLI: 1 is a regression found by the gate (or spend above an alert's line), 2 anything

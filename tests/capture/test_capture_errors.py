@@ -79,11 +79,9 @@ def test_http_error_recorded_not_settled(store, fake_provider, fake_url, call, s
 
 def test_overloaded_then_success_with_sdk_retries(store, fake_provider, fake_url):
     fake_provider.script(Reply(status=529, retry_after=0.01), Reply(status=529, retry_after=0.01), Reply(text="ok"))
-    started = time.monotonic()
     with workbench.run("retries") as run:
         message = _anthropic(fake_url, retries=2).messages.create(model="wbt-claude", max_tokens=50, messages=MESSAGES)
     assert message.content[0].text == "ok"
-    assert time.monotonic() - started < 5  # the fake's retry-after was honoured, not a default back-off
     rows = store.calls()
     assert [(row["http_status"], row["settled"], row["error_type"]) for row in rows] == [
         (529, False, "overloaded_error"), (529, False, "overloaded_error"), (200, True, None)]
@@ -186,15 +184,12 @@ def test_abandoned_stream_is_unsettled_and_never_drained(store, abandon):
     provider.script(Reply(text=" ".join(f"word{i}" for i in range(300))))
     with serve(provider) as url:
         with workbench.run("abandon") as run:
-            started = time.monotonic()
             abandon(url)
-            elapsed = time.monotonic() - started
         time.sleep(0.3)  # let the server notice the closed connection
         produced = provider.produced
-    # the whole stream takes >= 300 x 10 ms = 3 s to produce; draining it would take that long and
-    # make the server produce every event
+    # the whole stream takes >= 300 x 10 ms = 3 s to produce; draining it would make the server
+    # produce every event
     assert provider.total > 300
-    assert elapsed < 1.5
     assert produced < provider.total // 3, (produced, provider.total)
     [row] = store.calls()
     assert row["stream"] is True and row["settled"] is False

@@ -4,6 +4,7 @@ and the headline figures shown equal the ones computed here from the fixture's r
 from __future__ import annotations
 
 import pytest
+from pandas.api.types import is_numeric_dtype
 from streamlit.testing.v1 import AppTest
 
 import dashboard_store as fx
@@ -83,8 +84,8 @@ def test_run_explorer_shows_the_run_from_the_url(dashboard_db, monkeypatch):
     shown = metrics(at)
     assert shown["Status"] == "ok"
     assert shown["Billed"] == format_amount(sum(COST[i] for i in ("c01", "c02", "c03")))
-    texts = " ".join(m.value for m in at.markdown)
-    assert "lookup_person" in texts and "Hello, Ada Lovelace!" in texts
+    texts = " ".join(t.value for t in at.text)
+    assert "Tool call: lookup_person" in texts and "Hello, Ada Lovelace!" in texts
 
 
 def test_missing_and_empty_stores_explain_how_to_fill_them(tmp_path, monkeypatch):
@@ -99,11 +100,142 @@ def test_missing_and_empty_stores_explain_how_to_fill_them(tmp_path, monkeypatch
         assert "workbench demo" in at.info[0].value
 
 
-def test_export_button_writes_a_cassette(dashboard_db, monkeypatch, tmp_path):
+def export(at: AppTest, target: str, replace: bool = False) -> AppTest:
+    at.text_input[0].set_value(target)
+    at.checkbox[0].set_value(replace)
+    return next(b for b in at.button if "Export" in b.label).click().run()
+
+
+def test_export_writes_a_cassette_and_case_in_the_projects_cassette_folder(dashboard_db, monkeypatch, tmp_path):
+    project = tmp_path / "project"
+    (project / "app").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname = 'shop'\n")
+    monkeypatch.chdir(project / "app")  # the dashboard started below the project's root
     at = render(dashboard_db, monkeypatch, "run_explorer.py", run_id="R1")
-    target = tmp_path / "exported" / "run-r1.json"
-    at.text_input[0].set_value(str(target)).run()
-    next(b for b in at.button if "Export" in b.label).click().run()
-    assert not at.exception and not at.error
-    assert at.success, [w.value for w in at.warning]
-    assert target.exists()
+    assert at.text_input[0].value == "exported/run-R1.json"
+    export(at, "exported/run-R1.json")
+    assert at.success and not at.warning, [w.value for w in at.warning]
+    assert (project / "cassettes" / "exported" / "run-R1.json").is_file()
+    assert (project / "cassettes" / "exported" / "run-R1.case.jsonl").is_file()
+
+
+@pytest.mark.parametrize("target", ["../outside.json", "/tmp/workbench-export-absolute.json", "exported/../../up.json",
+                                    "exported/run.sh", ".", "link/run.json"])
+def test_export_never_writes_outside_the_cassette_folder(dashboard_db, monkeypatch, tmp_path, target):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cassettes").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "cassettes" / "link").symlink_to(tmp_path / "elsewhere")  # a link out of the folder
+    before = {path for path in Path("/tmp").glob("workbench-export-*")} | set(tmp_path.rglob("*"))
+    at = export(render(dashboard_db, monkeypatch, "run_explorer.py", run_id="R1"), target)
+    assert not at.success and "WB_EXPORT_REFUSED" in at.warning[0].value
+    assert ({path for path in Path("/tmp").glob("workbench-export-*")} | set(tmp_path.rglob("*"))) == before
+
+
+def test_export_replaces_a_file_only_when_asked(dashboard_db, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    cassette = tmp_path / "cassettes" / "keep.json"
+    cassette.parent.mkdir()
+    cassette.write_text("mine")
+    at = export(render(dashboard_db, monkeypatch, "run_explorer.py", run_id="R1"), "keep.json")
+    assert "WB_EXPORT_REFUSED" in at.warning[0].value and "already exist" in at.warning[0].value
+    assert cassette.read_text() == "mine" and not (tmp_path / "cassettes" / "keep.case.jsonl").exists()
+    at = export(at, "keep.json", replace=True)
+    assert at.success and cassette.read_text() != "mine"
+
+
+def test_prompt_versions_read_as_written_and_calls_outside_prompts_as_no_prompt(dashboard_db, monkeypatch):
+    at = render(dashboard_db, monkeypatch)
+    by_prompt = next(d.value for d in at.dataframe if "prompt" in d.value.columns)
+    assert sorted(by_prompt["prompt"]) == ["(no prompt)", "greet v1", "greet v2", "summarize v2"]
+    assert not any("prompt_id" in d.value.columns for d in at.dataframe)
+    evals = render(dashboard_db, monkeypatch, "evals.py")
+    labels = evals.selectbox[0].options
+    assert any(" greet v2 " in label for label in labels) and not any("vv" in label for label in labels)
+    assert ui_label("ticket-classifier", "v1") == "ticket-classifier v1" and ui_label(None, None) == "(no prompt)"
+
+
+def ui_label(prompt_id, version):
+    import sys
+
+    sys.path.insert(0, str(Path(APP).parent))
+    from _common import prompt_label
+
+    return prompt_label(prompt_id, version)
+
+
+def test_count_axes_have_whole_number_ticks(dashboard_db, monkeypatch):
+    import json
+
+    at = render(dashboard_db, monkeypatch, "compaction.py")
+    specs = [json.loads(chart.proto.spec) for chart in at.get("vega_lite_chart")]
+    counts = [spec["encoding"]["y"] for spec in specs if spec["encoding"]["y"]["field"] == "events"]
+    assert counts and all(y["axis"] == {"format": "d", "tickMinStep": 1} for y in counts)
+
+
+MONEY = ("cost", "net_savings", "read_savings", "write_premium", "cost_per_case")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_costs_come_right_after_the_labels_of_every_table(dashboard_db, monkeypatch, page):
+    at = render(dashboard_db, monkeypatch, page, **({"run_id": "R1"} if page == "run_explorer.py" else {}))
+    for frame in (d.value for d in at.dataframe):
+        columns = list(frame.columns)
+        money = [c for c in columns if c in MONEY]
+        if not money:
+            continue
+        before = columns[:columns.index(money[0])]
+        assert len(before) <= 4, columns  # the run link and at most three labels: visible without scrolling
+        assert not any(is_numeric_dtype(frame[c]) for c in before), columns  # labels only: no count before it
+        assert not {"priced_calls", "currency"} & set(columns)
+        if "cost" in columns:  # a rounded total names its unpriced calls itself
+            assert "unpriced_calls" not in columns
+
+
+def test_a_password_guards_every_page_when_one_is_set(dashboard_db, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DASHBOARD_PASSWORD", "correct horse battery")
+    monkeypatch.setenv("WORKBENCH_DB", str(dashboard_db))
+    monkeypatch.setenv("WORKBENCH_SPOOL_DIR", str(dashboard_db.parent / "spool"))
+    for page in PAGES:
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        if page != "overview.py":
+            at.switch_page(page).run()
+        assert not at.metric and not at.dataframe and at.text_input[0].label == "Password", page
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.text_input[0].input("wrong guess")
+    at.button[0].click().run()
+    assert at.error and not at.metric
+    at.text_input[0].input("correct horse battery")
+    at.button[0].click().run()
+    assert metrics(at)["Calls"] == "11"
+
+
+CANARY = "http://127.0.0.1:9/canary"
+
+
+@pytest.fixture(scope="module")
+def hostile_db(tmp_path_factory) -> Path:
+    import hostile_store
+
+    return hostile_store.build(tmp_path_factory.mktemp("hostile") / "workbench.duckdb", CANARY)
+
+
+HOSTILE_VIEWS = [("overview.py", {}), ("prompt_cache.py", {}), ("compaction.py", {}), ("failures.py", {}),
+                 ("evals.py", {"eval_run_id": "E2"}), ("run_explorer.py", {"run_id": "R1"}),
+                 ("run_explorer.py", {"run_id": "R2"}), ("run_explorer.py", {"run_id": "R2a"})]
+
+
+@pytest.mark.parametrize(("page", "params"), HOSTILE_VIEWS)
+def test_recorded_text_never_reaches_markdown(hostile_db, monkeypatch, page, params):
+    at = render(hostile_db, monkeypatch, page, **params)
+    markdown = [*at.markdown, *at.caption, *at.info, *at.warning, *at.error, *at.success, *at.title, *at.subheader]
+    rendered = [element.value for element in markdown] + [m.value for m in at.metric] + [m.label for m in at.metric]
+    assert not [text for text in rendered if CANARY in text or "bold-" in text]
+    if page == "run_explorer.py" and params["run_id"] != "R2a":  # what was said is there, as itself
+        import hostile_store
+
+        shown = [t.value for t in at.text] + [c.value for c in at.code]
+        assert any(hostile_store.hostile("Say hello to Ada", "prompt", CANARY) in text for text in shown)
+        assert any("run-error" in text for text in shown) == (params["run_id"] == "R2")

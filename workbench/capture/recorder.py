@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from opentelemetry import trace
 
 from workbench.ids import new_id
-from workbench.capture import semconv
+from workbench.capture import clock, semconv
 from workbench.insight import prefix
 from workbench.capture.runs import Run, current_run
 from workbench.capture.tracing import tracer
@@ -157,7 +157,7 @@ class Recorder:
         row = {
             "compaction_id": new_id(), "run_id": run.run_id if run else None,
             "span_id": format(context.span_id, "016x") if context.is_valid else None,
-            "occurred_at": datetime.now().astimezone().isoformat(),
+            "occurred_at": clock.now().isoformat(),
             "limit_tokens": attributes.get("limit"),
         }
         for name in ("turn", "outcome", "tokens_before", "tokens_after", "summarised_turns", "kept_turns",

@@ -10,8 +10,8 @@ import inspect
 import json
 import threading
 from contextvars import ContextVar, Token
+from datetime import datetime
 from dataclasses import field, make_dataclass
-from datetime import datetime, timezone
 
 import orjson
 from opentelemetry import context as otel_context
@@ -19,7 +19,7 @@ from opentelemetry import trace
 from pydantic import BaseModel
 
 from workbench.ids import new_id
-from workbench.capture import semconv
+from workbench.capture import clock, semconv
 from workbench.capture.tracing import tracer
 from workbench.money import format_amount, format_bill, format_priced, minor_units
 from workbench.wire.call import Call
@@ -114,7 +114,7 @@ class Run:
         self.error_code: str | None = None
         self.error_type: str | None = None
         self.error_message: str | None = None
-        self.started_at = datetime.now(timezone.utc)
+        self.started_at = clock.now()
         self.ended_at: datetime | None = None
         self.calls: list[Call] = []
         self.span: trace.Span | None = None
@@ -209,7 +209,8 @@ class RunScope:
             attributes.update({semconv.OPERATION_NAME: "invoke_agent", semconv.AGENT_NAME: run.name})
         else:
             span_name = f"run {run.name}"
-        run.span = tracer().start_span(span_name, attributes=attributes)
+        run.span = tracer().start_span(span_name, attributes=attributes,
+                                      start_time=int(run.started_at.timestamp() * 1e9))
         span_token = otel_context.attach(trace.set_span_in_context(run.span))
         self._open.append((run, _current.set(run), span_token))
         recorder().record_run(run)
@@ -219,7 +220,7 @@ class RunScope:
         from workbench.capture.recorder import recorder
 
         run, token, span_token = self._open.pop()
-        run.ended_at = datetime.now(timezone.utc)
+        run.ended_at = clock.now()
         if exc is None:
             run.status = "ok"
         else:
@@ -237,7 +238,7 @@ class RunScope:
             run.span.set_status(trace.Status(trace.StatusCode.ERROR, run.error_message[:200]))
             run.span.set_attribute(semconv.ERROR_TYPE, run.error_code or run.error_type)
         run.span.set_attribute(semconv.COST_MICROS, run._billed.cost_micros)
-        run.span.end()
+        run.span.end(end_time=int(run.ended_at.timestamp() * 1e9))
         otel_context.detach(span_token)
         _current.reset(token)
         recorder().record_run(run)
@@ -288,6 +289,6 @@ def event(name: str, **attributes) -> None:
     }
     span = trace.get_current_span()
     if span.is_recording():
-        span.add_event(name, clean)
+        span.add_event(name, clean, timestamp=clock.now_ns())
     if name == semconv.EVENT_AGENT_COMPACT:
         recorder().record_compaction(current_run(), span, attributes)

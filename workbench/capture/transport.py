@@ -14,6 +14,7 @@ from types import ModuleType
 
 from opentelemetry import context as otel_context
 
+from workbench.capture import clock
 from workbench.capture.recorder import recorder
 from workbench.capture.route import routed
 from workbench.capture.runs import current_run
@@ -45,7 +46,10 @@ class Pending:
         # tracing is set up as the application makes its first call, never first at exit (a stream
         # abandoned until then), when the interpreter refuses what OpenTelemetry's set-up registers
         tracer()
-        self.started_ns = time.time_ns()
+        # every time of the call is read on the clock it started on (a backdated one, say), even
+        # when its stream is finished from elsewhere
+        self.shift_ns = clock.shift_ns()
+        self.started_ns = time.time_ns() + self.shift_ns
         self.first_byte_ns: int | None = None
         self.ended_ns = 0
         self.run = current_run()
@@ -77,7 +81,7 @@ class Pending:
 
     def received(self, chunk: bytes) -> None:
         if self.first_byte_ns is None:
-            self.first_byte_ns = time.time_ns()
+            self.first_byte_ns = time.time_ns() + self.shift_ns
         if self.size < MAX_TEED_BYTES:
             self.chunks.append(chunk)
         self.size += len(chunk)
@@ -86,7 +90,8 @@ class Pending:
         """Record the call once. `ended`: the stream ran to its end (not closed early)."""
         if self.done:
             return
-        self.done, self.ended, self.error, self.ended_ns = True, ended, error, time.time_ns()
+        self.done, self.ended, self.error = True, ended, error
+        self.ended_ns = time.time_ns() + self.shift_ns
         _in_flight.discard(self)
         call = recorder().record_call(self)
         if call is not None:

@@ -11,6 +11,7 @@ import typer
 from workbench.cli.core import DbOption, app, console, err_console
 from workbench.errors import WorkbenchError
 
+
 def dashboard_app() -> Path | None:
     """The Streamlit app: `dashboards/` of a source checkout, else the copy a wheel ships."""
     package = Path(__file__).resolve().parents[1]  # workbench/
@@ -20,16 +21,44 @@ def dashboard_app() -> Path | None:
     return None
 
 
+def _exposed_without_password(host: str) -> WorkbenchError | None:
+    """Beyond loopback, the dashboard shows every prompt, answer and bill to the network: only
+    behind a password the user set (never a default), long enough not to be guessed."""
+    import ipaddress
+    import os
+
+    from workbench.config import DASHBOARD_PASSWORD_ENV as PASSWORD_ENV
+
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        loopback = False
+    password = os.environ.get(PASSWORD_ENV, "")
+    if loopback or len(password) >= 12:
+        return None
+    make = "export WORKBENCH_DASHBOARD_PASSWORD=\"$(python -c 'import secrets; print(secrets.token_urlsafe(18))')\""
+    cause = (f"--host {host} would show every recorded prompt, answer and bill to the network, and "
+             + (f"{PASSWORD_ENV} is only {len(password)} characters long" if password else f"{PASSWORD_ENV} is not set"))
+    return WorkbenchError("WB_DASHBOARD_EXPOSED", cause,
+                          f"set a password of 12 characters or more (`{make}`), or leave --host out to serve on "
+                          "127.0.0.1 only")
+
+
 @app.command("dashboard")
 def dashboard(
     db: DbOption = None,
     port: Annotated[int, typer.Option(min=1, max=65535, help="the port to serve on")] = 8501,
+    host: Annotated[str, typer.Option(help="the address to listen on; anything but this machine needs "
+                                           "WORKBENCH_DASHBOARD_PASSWORD set (every page then asks for it)")] = "127.0.0.1",
     open_browser: Annotated[bool, typer.Option("--open/--no-open", help="open a browser tab")] = False,
 ) -> None:
     """Serve the Streamlit dashboard over the store; it never holds the store open between reads."""
     import os
     import subprocess
 
+    problem = _exposed_without_password(host)
+    if problem is not None:
+        raise problem
     app_path = dashboard_app()
     if app_path is None:
         raise WorkbenchError("WB_PATH_INVALID", "the dashboard app is missing from this installation",
@@ -37,9 +66,11 @@ def dashboard(
     env = dict(os.environ)
     if db is not None:
         env["WORKBENCH_DB"] = str(db.resolve())
-    command = [sys.executable, "-m", "streamlit", "run", str(app_path), "--server.port", str(port),
-               "--server.headless", str(not open_browser).lower(), "--browser.gatherUsageStats", "false",
-               "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer",
+    # _server.py imports what every page needs before the server answers (a first page paints at once)
+    command = [sys.executable, str(app_path.with_name("_server.py")), "run", str(app_path), "--server.address", host,
+               "--server.port", str(port), "--server.headless", str(not open_browser).lower(),
+               "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+               "--client.toolbarMode", "viewer",
                # streamlit guesses "development mode" (which refuses --server.port) when it is not
                # installed under a site-packages folder (a zipapp, a vendored or linked copy)
                "--global.developmentMode", "false"]

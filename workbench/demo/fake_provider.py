@@ -29,15 +29,19 @@ unless ``cache_ttl_s`` is set, and then each read renews the entry it read):
 * Anthropic: explicit. The prefix up to each ``cache_control`` mark is hashed (model included). The
   longest previously written prefix ending at or up to 20 segments before a mark is a cache READ;
   from there up to the LAST mark is a cache WRITE; the rest is ``input_tokens`` (which EXCLUDES
-  both, as Anthropic reports). Prefixes shorter than ``anthropic_min_cache_tokens`` (default 0;
-  the real API uses 1024-4096) are not cached.
+  both, as Anthropic reports). Prefixes shorter than ``anthropic_min_cache_tokens`` are not
+  cached: an int for every model (default 0), or a mapping from model-id prefixes to minimums
+  (the longest matching prefix wins), such as ``ANTHROPIC_MIN_CACHE_TOKENS``, the real API's.
 * OpenAI: automatic. A prompt of >= 1024 tokens remembers its prefixes at 1024, 1152, 1280, ...
   tokens (4 bytes per token over the serialised prompt); the longest one seen before is reported
   as ``cached_tokens``, which ``prompt_tokens`` INCLUDES, as OpenAI reports.
+* Expiry: with ``cache_ttl_s`` set, an entry not used for that long is gone (the real APIs keep
+  one about five minutes after its last use; a read renews it). Without it, entries never expire.
 
 A ``clock`` (a function returning epoch seconds) stands in for the time: it decides when entries
 expire and is sent as each response's ``Date`` header, so a test can leave a cache idle for an hour
-in no time. ``evict()`` drops every entry, as a provider does under load.
+in no time (without one: the wall clock, and no ``Date`` header). ``evict()`` drops every entry, as
+a provider does under load.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from email.utils import formatdate
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -57,10 +62,16 @@ from typing import Any, Callable, Iterable
 __all__ = [
     "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "count_tokens",
     "FakeTransport", "AsyncFakeTransport", "HttpxFakeTransport", "AsyncHttpxFakeTransport",
-    "make_transports",
+    "make_transports", "ANTHROPIC_MIN_CACHE_TOKENS",
 ]
 
 CREATED = 1_700_000_000  # fixed clock: identical scripts give identical bytes
+# Anthropic's smallest cacheable prefix by model (its prompt-caching docs, late 2025): a shorter
+# marked prefix is neither written nor read, silently
+ANTHROPIC_MIN_CACHE_TOKENS: dict[str, int] = {
+    "claude-": 1024, "claude-3-haiku": 2048, "claude-3-5-haiku": 2048, "claude-haiku-4-5": 4096,
+    "claude-opus-4-5": 4096,
+}
 
 
 @dataclass
@@ -317,15 +328,16 @@ class FakeProvider:
     """Scriptable, deterministic, thread-safe. See the module docstring for tokens and caching."""
 
     def __init__(self, *, responder: Callable[[FakeRequest], Reply | None] | None = None,
-                 context_window: dict[str, int] | None = None, anthropic_min_cache_tokens: int = 0,
-                 openai_min_cache_tokens: int = 1024, echo_chars: int = 200,
-                 clock: Callable[[], float] | None = None, cache_ttl_s: float | None = None) -> None:
+                 context_window: dict[str, int] | None = None,
+                 anthropic_min_cache_tokens: int | Mapping[str, int] = 0, openai_min_cache_tokens: int = 1024,
+                 cache_ttl_s: float | None = None, clock: Callable[[], float] | None = None,
+                 echo_chars: int = 200) -> None:
         self.responder = responder
-        self.clock = clock
-        self.cache_ttl_s = cache_ttl_s
         self.context_window = dict(context_window or {})
         self.anthropic_min_cache_tokens = anthropic_min_cache_tokens
         self.openai_min_cache_tokens = openai_min_cache_tokens
+        self.cache_ttl_s = cache_ttl_s
+        self.clock = clock
         self.echo_chars = echo_chars
         self._lock = threading.RLock()  # the server is threaded; a responder may re-enter
         self.reset()
@@ -335,7 +347,8 @@ class FakeProvider:
         with self._lock:
             self._queue: deque[Reply] = deque()
             self.requests: list[FakeRequest] = []
-            self._anthropic_cache: dict[str, float] = {}  # prefix hash -> when it expires
+            # prefix hash -> when it was last written or read (on `clock`)
+            self._anthropic_cache: dict[str, float] = {}
             self._openai_cache: dict[str, float] = {}
             self._seq = itertools.count(1)
 
@@ -358,13 +371,6 @@ class FakeProvider:
 
     def _now(self) -> float:
         return self.clock() if self.clock is not None else time.time()
-
-    def _cached(self, cache: dict[str, float], key: str) -> bool:
-        return cache.get(key, -math.inf) >= self._now()
-
-    def _keep(self, cache: dict[str, float], keys) -> None:
-        until = math.inf if self.cache_ttl_s is None else self._now() + self.cache_ttl_s
-        cache.update(dict.fromkeys(keys, until))
 
     @property
     def pending(self) -> int:
@@ -458,6 +464,17 @@ class FakeProvider:
         return Reply(text="echo: " + _last_user_text(wire, body)[: self.echo_chars])
 
     # -- caching (see the module docstring)
+    def _anthropic_minimum(self, model: str) -> int:
+        minimum = self.anthropic_min_cache_tokens
+        if isinstance(minimum, int):
+            return minimum
+        matches = [prefix for prefix in minimum if model.startswith(prefix)]
+        return minimum[max(matches, key=len)] if matches else 0
+
+    def _live(self, cache: dict[str, float], digest: str, now: float) -> bool:
+        used = cache.get(digest)
+        return used is not None and (self.cache_ttl_s is None or now - used <= self.cache_ttl_s)
+
     def _anthropic_caching(self, model: str, segs: list[tuple[str, str, bool]]) -> tuple[int, int]:
         h = hashlib.sha256(f"anthropic|{model}".encode())
         hashes, cum, tokens = [], [], 0
@@ -466,31 +483,34 @@ class FakeProvider:
             hashes.append(h.hexdigest())
             tokens += count_tokens(text)
             cum.append(tokens)
-        marks = [i for i, s in enumerate(segs) if s[2] and cum[i] >= self.anthropic_min_cache_tokens
-                 and cum[i] > 0]
+        minimum = self._anthropic_minimum(model)
+        marks = [i for i, s in enumerate(segs) if s[2] and cum[i] >= minimum and cum[i] > 0]
         if not marks:
             return 0, 0
+        now = self._now()
         # like the real API, each breakpoint also looks back up to 20 blocks for an earlier entry
         candidates = {i for m in marks for i in range(max(0, m - 19), m + 1)}
-        hit = max((i for i in candidates if self._cached(self._anthropic_cache, hashes[i])), default=None)
+        hit = max((i for i in candidates if self._live(self._anthropic_cache, hashes[i], now)), default=None)
         read = cum[hit] if hit is not None else 0
         write = cum[marks[-1]] - read
-        self._keep(self._anthropic_cache, [hashes[m] for m in marks] + ([hashes[hit]] if hit is not None else []))
+        for index in [*marks, *([hit] if hit is not None else [])]:  # a read renews its entry
+            self._anthropic_cache[hashes[index]] = now
         return read, write
 
     def _openai_caching(self, model: str, prompt: str, total: int) -> tuple[int, int]:
         if total < self.openai_min_cache_tokens:
             return 0, 0
+        now = self._now()
         data = prompt.encode("utf-8")
         h, done, seen, cached = hashlib.sha256(f"openai|{model}".encode()), 0, [], 0
         for k in range(self.openai_min_cache_tokens, total + 1, 128):  # incremental: O(prompt)
             h.update(data[done: 4 * k])
             done = 4 * k
             digest = h.hexdigest()
-            if self._cached(self._openai_cache, digest):
+            if self._live(self._openai_cache, digest, now):
                 cached = k
             seen.append(digest)
-        self._keep(self._openai_cache, seen)
+        self._openai_cache.update(dict.fromkeys(seen, now))
         return cached, 0
 
     def _turn(self, n: int, wire: str, body: dict, model: str, reply: Reply, total: int,
@@ -694,7 +714,6 @@ def make_transports(hx: Any) -> tuple[type, type]:
     slept before the response is returned (no timeout is enforced in-process).
     """
     import asyncio
-    import time
 
     def _cut_error(request: Any) -> Exception:
         return hx.RemoteProtocolError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime, timezone
 from pathlib import Path
 
 from rich.console import Console
@@ -14,7 +14,7 @@ from rich.text import Text
 
 from workbench.capture import configure, flush
 from workbench.demo.examples import example_project, project_for_demo
-from workbench.demo.workload import SMALL_MODEL, SMALL_WINDOW, Demo
+from workbench.demo.workload import SMALL_MODEL, SMALL_WINDOW, WEEKS, Day, Demo
 from workbench.errors import WorkbenchError
 from workbench.models import load_registry, register_model
 from workbench.money import format_amount
@@ -69,19 +69,17 @@ def run_demo(seed: int = 7, db: Path | None = None, console: Console | None = No
     settings = configure(db=db)
     root, wrote = project_for_demo(Path.cwd())
     _register_models(root)
-    demo = Demo(seed)
-    steps = [
-        ("official SDKs: chats, streams, Responses, cached docs Q&A, a 529, a cut stream", demo.sdk_traffic),
-        ("runtime: prompt versions, agents with tools, compaction, failures of every kind",
-         lambda: demo.runtime_traffic(root)),
-    ]
+    demo = Demo(seed, root)
     verdicts: dict[str, str] = {}
     with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("demo", total=len(steps) + 1)
-        for label, step in steps:
-            progress.update(task, description=label)
-            step()
+        task = progress.add_task("demo", total=7 * WEEKS + 1)
+
+        def day_done(day: Day) -> None:
+            progress.update(task, description=f"recording {day.start:%a %d %b}: chats, docs Q&A, triage, "
+                            "agents, batches, failures")
             progress.advance(task)
+
+        demo.record(datetime.now(timezone.utc), day_done)
         progress.update(task, description="example eval suites, replayed from cassettes and gated")
         verdicts = _gate_examples(root)
         progress.advance(task)

@@ -12,14 +12,14 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx2
 
 from workbench.ids import new_id
-from workbench.capture import recorder, run
+from workbench.capture import clock, recorder, run
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
 from workbench.evaluate.prompts import Prompt, prompts
@@ -251,7 +251,7 @@ async def run_suite(
     if suite.judge is not None and mode != "live":
         judge_cassette = Cassette(suite.judge_cassette_path, mode)
     eval_run = EvalRun(new_id(), suite, prompt, mode, git_commit=git_commit(suite.file.parent),
-                       started_at=datetime.now(timezone.utc))
+                       started_at=clock.now())
     network = network or Network()
     judge = _Judge(suite, judge_cassette, eval_run, network) if suite.judge is not None else None
     limit = asyncio.Semaphore(max(1, suite.concurrency))
@@ -279,7 +279,7 @@ async def run_suite(
         if isinstance(result, BaseException):
             raise result
     eval_run.results = list(results)  # gather keeps the cases' order
-    eval_run.ended_at = datetime.now(timezone.utc)
+    eval_run.ended_at = clock.now()
     return eval_run
 
 

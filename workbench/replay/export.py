@@ -15,10 +15,20 @@ from workbench.store.db import open_store
 _CUT_MARKER = "…[workbench: "
 
 
-def export_run(run_id: str, out: Path | str, db: Path | str | None = None) -> tuple[Path, Path]:
+def export_run(run_id: str, out: Path | str, db: Path | str | None = None, *, within: Path | None = None,
+               overwrite: bool = True) -> tuple[Path, Path]:
     """Write the run's calls as a cassette at `out` and its case beside it (`<out>.case.jsonl`);
-    `run_id` may be the start of the id, when only one run's id starts so."""
-    out = Path(out)
+    `run_id` may be the start of the id, when only one run's id starts so. `within`: `out` is relative to that folder and must stay inside it (the dashboard's export,
+    whose path comes from a browser); `overwrite=False`: refuse to replace either file."""
+    out = Path(out) if within is None else confined(Path(out), within)
+    case_path = out.with_name(out.stem + ".case.jsonl")
+    if within is not None and not case_path.resolve().is_relative_to(within.resolve()):  # a link out of it
+        raise WorkbenchError("WB_EXPORT_REFUSED", f"{case_path} leads out of {within.resolve()}",
+                             "remove the link, or choose another file name")
+    existing = [str(path) for path in (out, case_path) if path.exists()]
+    if existing and not overwrite:
+        raise WorkbenchError("WB_EXPORT_REFUSED", f"{' and '.join(existing)} already exist",
+                             "choose another file name, or choose to replace the files")
     with open_store(db, read_only=True) as con:
         run_id = queries.resolve_run_id(con, run_id)  # a unique prefix names the run too
         run = queries.run_detail(con, run_id)
@@ -45,7 +55,6 @@ def export_run(run_id: str, out: Path | str, db: Path | str | None = None) -> tu
         )))
     write_cassette(out, interactions, {"exported_from_run": run_id})
     first = run.row(0, named=True)
-    case_path = out.with_name(out.stem + ".case.jsonl")
     case = {
         "id": f"run-{run_id[:12]}", "run_id": run_id, "name": first["name"], "status": first["status"],
         "error_code": first["error_code"], "prompt_id": first["prompt_id"], "prompt_version": first["prompt_version"],
@@ -55,6 +64,20 @@ def export_run(run_id: str, out: Path | str, db: Path | str | None = None) -> tu
     }
     case_path.write_text(json.dumps(case, sort_keys=True) + "\n", encoding="utf-8")
     return out, case_path
+
+
+def confined(path: Path, folder: Path) -> Path:
+    """`path`, relative to `folder`, as a cassette file inside it: never absolute, never out of it
+    (`..`, a link), never anything but a `.json` or `.yaml` cassette."""
+    root = folder.resolve()
+    target = (root / path).resolve()
+    if path.is_absolute() or not target.is_relative_to(root) or target == root or target.is_dir():
+        raise WorkbenchError("WB_EXPORT_REFUSED", f"{str(path)!r} is not a file inside {root}",
+                             f"give a path relative to {root}, such as exported/run.json")
+    if target.suffix not in (".json", ".yaml", ".yml"):
+        raise WorkbenchError("WB_EXPORT_REFUSED", f"{str(path)!r} is not a cassette file (.json or .yaml)",
+                             "end the file name with .json or .yaml")
+    return target
 
 
 def _last_user_text(request_json: str | None) -> str | None:
