@@ -127,6 +127,7 @@ def test_another_prompt_version_replays_and_regresses_the_refund_case(examples):
 
 
 def test_a_changed_template_in_replay_is_a_miss_naming_the_cassette(examples):
+    (examples / "evals" / "prompts.lock").unlink()  # not released yet: its content may change, the cassette stops it
     suite_file = examples / "evals" / "classifier.py"
     suite_file.write_text(suite_file.read_text().replace(
         'template="<ticket>{{ticket}}</ticket>", output=Ticket,\n    model="claude-haiku-4-5",\n)',

@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from workbench.errors import WorkbenchError
@@ -120,7 +121,8 @@ def _run() -> int:
         code = app(standalone_mode=False)
         return code if isinstance(code, int) else 0
     except WorkbenchError as exc:
-        err_console.print(f"[bold red]{exc.code}[/]: {exc.cause}\n[bold]fix:[/] {exc.fix}")
+        # escaped: a cause names values such as `exact[category]`, which are not console markup
+        err_console.print(f"[bold red]{exc.code}[/]: {escape(exc.cause)}\n[bold]fix:[/] {escape(exc.fix)}")
         return exc.exit_code
     except typer.Abort:
         return 130

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Literal
 
 Kind = Literal[
-    "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result"
+    "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result",
+    "eval_sample",
 ]
 
 # table, primary key, and whether a later record replaces an earlier one with the same key
@@ -22,4 +23,5 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "model": ("models", ("price_source",), True),
     "eval_run": ("eval_runs", ("eval_run_id",), True),
     "eval_result": ("eval_results", ("eval_run_id", "case_id"), True),
+    "eval_sample": ("eval_samples", ("eval_run_id", "case_id", "epoch"), True),
 }

@@ -28,7 +28,7 @@ import polars as pl
 from workbench.store.queries._base import StoreMissing, Filters, scope, store_counts, filter_options, ingest_pending, read
 from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend_by_currency, currency_totals, spend_by_day, spend_by_model, model_totals, spend_by_prompt, prompt_totals, run_totals, top_run_names, top_runs, failure_totals, failed_runs, failures_by
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
-from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
+from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, eval_matrices, eval_matrix, eval_matrix_case, eval_matrix_case_ids, run_choices, run_tree, run_calls, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
 
 
 # -- pages ---------------------------------------------------------------------------------------
@@ -66,7 +66,7 @@ def failures_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.Da
 def evals_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
     if not evals_available(con):
         return {}
-    return {"history": eval_history(con, f)}
+    return {"history": eval_history(con, f), "matrices": eval_matrices(con, f)}
 
 
 def explorer_page(con: duckdb.DuckDBPyConnection, f: Filters, run_id: str | None = None) -> dict[str, pl.DataFrame]:
@@ -88,7 +88,7 @@ PAGES: dict[str, Callable[..., dict[str, pl.DataFrame]]] = {
 __all__ = [
     "Filters", "PAGES", "StoreMissing", "cache_savings", "cache_totals", "call_totals", "compaction_events",
     "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "eval_cases",
-    "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
+    "eval_history", "eval_matrices", "eval_matrix", "eval_matrix_case", "eval_matrix_case_ids", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
     "has_tables", "ingest_pending", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
     "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
     "prompt_runs_for_cases", "run_tree", "scope", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
