@@ -83,13 +83,18 @@ def eval_run(
     for outcome in outcomes:
         if outcome.recorded:
             console.print(f"recorded {outcome.eval_run.suite.baseline_path}")
-    failed = refused + [outcome.error for outcome in outcomes if outcome.error is not None]
-    if failed:  # every problem said; the exit code is the worst (2, could not judge, over 1)
-        worst = max(failed, key=lambda error: error.exit_code)
-        for error in failed:
-            if error is not worst:
-                err_console.print(f"[bold red]{error.code}[/]: {escape(error.cause)}\n[bold]fix:[/] {escape(error.fix)}")
-        raise worst
+    _fail_with(refused + [outcome.error for outcome in outcomes if outcome.error is not None])
+
+
+def _fail_with(errors: list[WorkbenchError]) -> None:
+    """Say every problem; exit with the worst (2, could not judge, over 1, a regression)."""
+    if not errors:
+        return
+    worst = max(errors, key=lambda error: error.exit_code)
+    for error in errors:
+        if error is not worst:
+            err_console.print(f"[bold red]{error.code}[/]: {escape(error.cause)}\n[bold]fix:[/] {escape(error.fix)}")
+    raise worst
 
 
 @eval_app.command("compare")
@@ -125,20 +130,19 @@ def eval_compare(
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
             err_console.print(f"wrote {out}")
-        return
-    ran = [cell for cell in matrix.cells if cell.eval_run is not None]
-    if len(ran) == 2:  # two cells: case by case first, as `workbench eval compare SUITE v1 v2` always showed
-        _two_cells(*ran)
-    table = Table(title=f"{suite.name}: {suite.prompt.id}, reference {matrix.reference.label}")
-    for name in HEADERS:
-        table.add_column(name)
-    for row in rows(matrix):
-        table.add_row(*(escape(value) for value in row))
-    console.print(table)
-    for cell in matrix.cells:
-        if cell.error is not None:
-            err_console.print(f"[yellow]{escape(cell.label)} not run[/] — [bold]{cell.error.code}[/]: "
-                              f"{escape(cell.error.cause)}\n  [bold]fix:[/] {escape(cell.error.fix)}")
+    else:
+        ran = [cell for cell in matrix.cells if cell.eval_run is not None]
+        if len(ran) == 2:  # two cells: case by case first, as `workbench eval compare SUITE v1 v2` always showed
+            _two_cells(*ran)
+        table = Table(title=f"{suite.name}: {suite.prompt.id}, reference {matrix.reference.label}")
+        for name in HEADERS:
+            table.add_column(name)
+        for row in rows(matrix):
+            table.add_row(*(escape(value) for value in row))
+        console.print(table)
+    # a cell that could not run (never recorded, in replay) leaves the matrix incomplete: exit 2
+    _fail_with([WorkbenchError(cell.error.code, f"cell {cell.label} not run: {cell.error.cause}", cell.error.fix)
+                for cell in matrix.cells if cell.error is not None])
 
 
 def _listed(value: str | None) -> list[str]:

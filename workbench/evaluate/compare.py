@@ -184,7 +184,7 @@ def cell_summary(cell: Cell, matrix: Matrix) -> dict:
         "cost_micros": None if run is None else run.cost_micros, "cost_per_case_micros": cell.cost_per_case_micros,
         "latency_ms": {"median": None if median is None else round(median, 1), "p95": None if p95 is None else round(p95, 1),
                        "live_samples": live},
-        "worse": cell.worse, "better": cell.better,
+        "compared": cell.verdict is not None, "worse": cell.worse, "better": cell.better,
     }
 
 
@@ -224,6 +224,8 @@ def _mean(cell: dict) -> str:
 def _moved(cell: dict, limit: int = 6) -> str:
     if cell["reference"]:
         return "reference"
+    if not cell["compared"]:
+        return "—" if cell["error"] else "not compared (the reference did not run)"
     parts = []
     for sign, names in (("−", cell["worse"]), ("+", cell["better"])):
         if names:

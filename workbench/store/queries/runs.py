@@ -142,12 +142,16 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
                    CASE WHEN count(*) = count(s.cost_micros) THEN sum(s.cost_micros)::BIGINT END AS cost_micros,
                    count(*) FILTER (WHERE s.live) AS live_samples,
                    median(s.latency_ms) FILTER (WHERE s.live) AS latency_median_ms,
-                   quantile_disc(s.latency_ms, 0.95) FILTER (WHERE s.live) AS latency_p95_ms
+                   -- the 95th percentile by nearest rank, as `workbench eval compare` gives it
+                   list_sort(list(s.latency_ms) FILTER (WHERE s.live))[
+                       ceil(0.95 * count(*) FILTER (WHERE s.live))::BIGINT] AS latency_p95_ms
             FROM eval_samples s JOIN cells c USING (eval_run_id) GROUP BY s.eval_run_id)
         SELECT c.prompt_version, c.model, c.mode, c.mean_score, c.spread, c.cases, c.errored_cases, c.epochs,
                s.samples, s.live_samples, coalesce(m.worse, 0) AS worse, coalesce(m.better, 0) AS better,
                m.worse_cases, m.better_cases,
-               CASE WHEN s.samples > 0 THEN (-(-s.cost_micros // s.samples))::BIGINT END AS cost_per_case_micros,
+               -- one sample's cost, rounded up (costs are never negative; DuckDB's // truncates)
+               CASE WHEN s.samples > 0 THEN ((s.cost_micros + s.samples - 1) // s.samples)::BIGINT END
+                   AS cost_per_case_micros,
                s.latency_median_ms, s.latency_p95_ms, c.eval_run_id
         FROM cells c LEFT JOIN moved m USING (eval_run_id) LEFT JOIN samples s USING (eval_run_id)
         ORDER BY c.started_at, c.eval_run_id""", {"matrix_id": matrix_id})
