@@ -112,3 +112,15 @@ def test_export_button_writes_a_cassette(dashboard_db, monkeypatch, tmp_path):
     assert not at.exception and not at.error
     assert at.success, [w.value for w in at.warning]
     assert target.exists()
+
+
+def test_evals_shows_the_matrix_and_a_case_side_by_side(dashboard_db, monkeypatch):
+    at = render(dashboard_db, monkeypatch, "evals.py", matrix_id="MX", case="grace")
+    assert any(box.label == "Matrix" for box in at.selectbox)
+    texts = [code.value for code in at.code]
+    # each cell's output as text, and its difference from the reference cell
+    assert "Hi Grace" in texts and "Bye Grace" in texts
+    assert any("-Hi Grace" in text and "+Bye Grace" in text for text in texts)
+    assert "same as the reference" in texts  # beta's first answer to grace is the reference's
+    captions = " ".join(caption.value for caption in at.caption)
+    assert "score 1.00" in captions and "score 0.00" in captions and "score 0.50 ±0.71" in captions

@@ -145,6 +145,7 @@ def run_matrix(
         if cell.eval_run is not None and chosen.eval_run is not None:
             cell.verdict = against(cell.eval_run, chosen.eval_run, confidence)
         if cell.eval_run is not None:
+            cell.eval_run.matrix_reference = cell is chosen
             store_eval_run(cell.eval_run, "compared", cell.verdict)
     return matrix
 

@@ -216,6 +216,7 @@ class EvalRun:
     epochs: int = 1
     model_name: str | None = None  # the model the run asked for, when not the prompt's
     matrix_id: str | None = None  # the `workbench eval compare` this run is a cell of
+    matrix_reference: bool = False  # the cell the others were compared with
 
     @property
     def judged(self) -> list[CaseResult]:
@@ -479,6 +480,7 @@ def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str
         "cost_micros": eval_run.cost_micros, "epochs": eval_run.epochs, "spread": eval_run.spread,
         "confidence": verdict.confidence if verdict is not None else eval_run.suite.confidence,
         "errored_cases": len(eval_run.errored), "matrix_id": eval_run.matrix_id,
+        "matrix_reference": eval_run.matrix_reference if eval_run.matrix_id else None,
     })
     for result in eval_run.results:
         case = judged.get(result.case_id)

@@ -114,6 +114,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE eval_runs ADD COLUMN confidence DOUBLE;       -- the gate's confidence that a drop is not noise
         ALTER TABLE eval_runs ADD COLUMN errored_cases INTEGER;   -- cases that ended in an error (never scored)
         ALTER TABLE eval_runs ADD COLUMN matrix_id VARCHAR;       -- the `workbench eval compare` it is a cell of
+        ALTER TABLE eval_runs ADD COLUMN matrix_reference BOOLEAN; -- the cell the others were compared with
         ALTER TABLE eval_results ADD COLUMN samples INTEGER;
         ALTER TABLE eval_results ADD COLUMN spread DOUBLE;        -- std. deviation of the case's samples
         ALTER TABLE eval_results ADD COLUMN p_value DOUBLE;       -- the chance its drop is noise (one-sided Welch)

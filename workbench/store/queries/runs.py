@@ -126,7 +126,7 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
     return _frame(con, """
         WITH cells AS (
             SELECT e.eval_run_id, e.prompt_version, e.model, e.mode, e.mean_score, e.spread, e.epochs, e.cases,
-                   e.errored_cases, e.tolerance, e.confidence, e.started_at
+                   e.errored_cases, e.tolerance, e.confidence, e.started_at, e.matrix_reference
             FROM eval_runs e WHERE e.matrix_id = $matrix_id),
         moved AS (
             SELECT r.eval_run_id,
@@ -134,8 +134,7 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
                    count(*) FILTER (WHERE r.delta > c.tolerance AND r.p_value < 1 - c.confidence) AS better,
                    list(r.case_id ORDER BY r.case_id) FILTER (WHERE NOT r.passed) AS worse_cases,
                    list(r.case_id ORDER BY r.case_id)
-                       FILTER (WHERE r.delta > c.tolerance AND r.p_value < 1 - c.confidence) AS better_cases,
-                   bool_and(r.delta = 0) AS reference
+                       FILTER (WHERE r.delta > c.tolerance AND r.p_value < 1 - c.confidence) AS better_cases
             FROM eval_results r JOIN cells c USING (eval_run_id) GROUP BY r.eval_run_id),
         samples AS (
             SELECT s.eval_run_id, count(*) AS samples,
@@ -146,13 +145,13 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
                    list_sort(list(s.latency_ms) FILTER (WHERE s.live))[
                        ceil(0.95 * count(*) FILTER (WHERE s.live))::BIGINT] AS latency_p95_ms
             FROM eval_samples s JOIN cells c USING (eval_run_id) GROUP BY s.eval_run_id)
-        SELECT c.prompt_version, c.model, c.mode, c.mean_score, c.spread, c.cases, c.errored_cases, c.epochs,
-               s.samples, s.live_samples, coalesce(m.worse, 0) AS worse, coalesce(m.better, 0) AS better,
-               m.worse_cases, m.better_cases,
+        SELECT c.prompt_version, c.model, coalesce(c.matrix_reference, false) AS reference, c.mean_score, c.spread,
+               coalesce(m.worse, 0) AS worse, coalesce(m.better, 0) AS better,
                -- one sample's cost, rounded up (costs are never negative; DuckDB's // truncates)
                CASE WHEN s.samples > 0 THEN ((s.cost_micros + s.samples - 1) // s.samples)::BIGINT END
                    AS cost_per_case_micros,
-               s.latency_median_ms, s.latency_p95_ms, c.eval_run_id
+               s.latency_median_ms, s.latency_p95_ms, s.live_samples, s.samples, c.cases, c.errored_cases, c.epochs,
+               c.mode, m.worse_cases, m.better_cases, c.eval_run_id
         FROM cells c LEFT JOIN moved m USING (eval_run_id) LEFT JOIN samples s USING (eval_run_id)
         ORDER BY c.started_at, c.eval_run_id""", {"matrix_id": matrix_id})
 
@@ -160,8 +159,8 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
 def eval_matrix_case(con: duckdb.DuckDBPyConnection, matrix_id: str, case_id: str) -> pl.DataFrame:
     """One case in every cell of a matrix: each sample's score and output, side by side."""
     return _frame(con, """
-        SELECT e.prompt_version, e.model, s.epoch, s.score, r.score AS case_score, r.spread, r.delta, s.output,
-               s.error, e.eval_run_id
+        SELECT e.prompt_version, e.model, coalesce(e.matrix_reference, false) AS reference, s.epoch, s.score,
+               r.score AS case_score, r.spread, r.delta, s.output, s.error, e.eval_run_id
         FROM eval_runs e JOIN eval_samples s USING (eval_run_id)
         JOIN eval_results r ON r.eval_run_id = s.eval_run_id AND r.case_id = s.case_id
         WHERE e.matrix_id = $matrix_id AND s.case_id = $case_id
