@@ -19,14 +19,19 @@ history = data.get("history")
 matrices = data.get("matrices")
 
 
+def pick(label: str, labels: dict[str, str], param: str) -> str:
+    """A choice among `labels` (id -> text), preselected from the URL's `param` (a shared link)."""
+    wanted = st.query_params.get(param)
+    return st.selectbox(label, list(labels), format_func=labels.get,
+                        index=list(labels).index(wanted) if wanted in labels else 0)
+
+
 def matrix_section(matrices: pl.DataFrame) -> None:
     """A `workbench eval compare`: its cells, then one case in every cell, side by side."""
     st.subheader("Compare prompt versions and models")
-    labels = {row["matrix_id"]: f"{row['suite']} · {', '.join(row['versions'])} × {', '.join(row['models'])} · "
-              f"{row['started_at']:%Y-%m-%d %H:%M}" for row in matrices.iter_rows(named=True)}
-    wanted = st.query_params.get("matrix_id")
-    matrix_id = st.selectbox("Matrix", list(labels), format_func=labels.get,
-                             index=list(labels).index(wanted) if wanted in labels else 0)
+    matrix_id = pick("Matrix", {row["matrix_id"]: f"{row['suite']} · {', '.join(row['versions'])} × "
+                                f"{', '.join(row['models'])} · {row['started_at']:%Y-%m-%d %H:%M}"
+                                for row in matrices.iter_rows(named=True)}, "matrix_id")
     cells = ui.load("eval_matrix", matrix_id)
     st.caption("A case moved when it changed by more than the suite's tolerance and a one-sided Welch test puts the "
                "change beyond the noise of its samples. Cost per case is one sample's; latency is measured on live "
@@ -34,9 +39,7 @@ def matrix_section(matrices: pl.DataFrame) -> None:
     ui.table(cells, f"matrix_{matrix_id[:12]}", money_columns=(), exact_columns=("cost_per_case_micros",),
              hide=("eval_run_id",))
     case_ids = ui.load("eval_matrix_case_ids", matrix_id)["case_id"].to_list()
-    wanted_case = st.query_params.get("case")
-    case_id = st.selectbox("Case (those that moved first)", case_ids,
-                           index=case_ids.index(wanted_case) if wanted_case in case_ids else 0)
+    case_id = pick("Case (those that moved first)", {case: case for case in case_ids}, "case")
     samples = ui.load("eval_matrix_case", matrix_id, case_id)
     if samples.is_empty():
         return
@@ -97,11 +100,9 @@ ui.table(history.sort("started_at", descending=True), "eval_runs",
 
 st.subheader("Cases")
 runs = history.sort("started_at", descending=True)
-labels = {row["eval_run_id"]: f"{row['suite']} · {row['prompt_id']} v{row['prompt_version']} · {row['verdict']} · "
-          f"{row['started_at']:%Y-%m-%d %H:%M}" for row in runs.iter_rows(named=True)}
-wanted = st.query_params.get("eval_run_id")
-picked = st.selectbox("Eval run", list(labels), format_func=labels.get,
-                      index=list(labels).index(wanted) if wanted in labels else 0)
+picked = pick("Eval run", {row["eval_run_id"]: f"{row['suite']} · {row['prompt_id']} v{row['prompt_version']} · "
+                          f"{row['verdict']} · {row['started_at']:%Y-%m-%d %H:%M}" for row in runs.iter_rows(named=True)},
+              "eval_run_id")
 cases_frame = ui.load("eval_cases", picked)
 if not cases_frame.is_empty():
     moved = cases_frame.filter(pl.col("delta").is_not_null())

@@ -202,7 +202,7 @@ def test_zero_cases_is_no_verdict_with_or_without_recording(tmp_path, cases):
         define_eval("hollow", define_prompt("hollow", "v1", template="{{{{x}}}}"), {cases}, [exact()],
                     target=lambda vars, ctx: "x")
     """))
-    for args in (["eval"], ["eval", "--record-baseline"]):
+    for args in (["eval"], ["eval", "--record-baseline"], ["check"]):
         assert_no_verdict(workbench_cli(tmp_path, *args), "WB_EVAL_SUITE_INVALID", "suite hollow", "has no cases")
     assert not (tmp_path / "evals" / "hollow.baseline.json").exists()
 

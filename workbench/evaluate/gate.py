@@ -14,7 +14,7 @@ from workbench.errors import WorkbenchError
 from workbench.evaluate.baseline import Baseline, CaseBaseline, PromptRef, Verdict, judge, read_baseline, write_baseline
 from workbench.evaluate.prompts import check_lock, prompts
 from workbench.evaluate.runner import EvalRun, Network, run_suite, store_eval_run
-from workbench.evaluate.suite import Suite, check_confidence
+from workbench.evaluate.suite import Suite, check_confidence, require_cases
 
 RECORD_ENV = "WORKBENCH_EVAL_RECORD"
 LOCK_FILE = "prompts.lock"  # beside the suite files: the released prompts' hashes
@@ -64,11 +64,7 @@ def evaluate(
         )
     confidence = check_confidence(confidence, "--confidence") if confidence is not None else suite.confidence
     check_released(suite, prompt_version)
-    if not suite.cases:
-        raise WorkbenchError(
-            "WB_EVAL_SUITE_INVALID", f"suite {suite.name} ({suite.file}) has no cases, so there is nothing to judge",
-            f"give define_eval({suite.name!r}, ...) at least one case",
-        )
+    require_cases(suite)
     baseline = None if record_baseline else read_baseline(suite.baseline_path, suite.name)
     eval_run = asyncio.run(run_suite(suite, mode, prompt_version, progress, network, epochs))
     errored = eval_run.errored

@@ -128,6 +128,15 @@ def define_eval(
     return suite
 
 
+def require_cases(suite: Suite) -> None:
+    """A suite with no cases has nothing to judge: never a pass."""
+    if not suite.cases:
+        raise WorkbenchError(
+            "WB_EVAL_SUITE_INVALID", f"suite {suite.name} ({suite.file}) has no cases, so there is nothing to judge",
+            f"give define_eval({suite.name!r}, ...) at least one case",
+        )
+
+
 def check_epochs(epochs, where: str) -> int:
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise WorkbenchError("WB_EVAL_SUITE_INVALID", f"{where} is {epochs!r}, not a whole number of at least 1",

@@ -113,7 +113,8 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE eval_runs ADD COLUMN spread DOUBLE;           -- std. deviation of the per-epoch means
         ALTER TABLE eval_runs ADD COLUMN confidence DOUBLE;       -- the gate's confidence that a drop is not noise
         ALTER TABLE eval_runs ADD COLUMN errored_cases INTEGER;   -- cases that ended in an error (never scored)
-        ALTER TABLE eval_runs ADD COLUMN matrix_id VARCHAR;       -- the `workbench eval compare` it is a cell of
+        -- the `workbench eval compare` it is a cell of (its verdict: compared)
+        ALTER TABLE eval_runs ADD COLUMN matrix_id VARCHAR;
         ALTER TABLE eval_runs ADD COLUMN matrix_reference BOOLEAN; -- the cell the others were compared with
         ALTER TABLE eval_results ADD COLUMN samples INTEGER;
         ALTER TABLE eval_results ADD COLUMN spread DOUBLE;        -- std. deviation of the case's samples
