@@ -100,7 +100,7 @@ def _fail_with(errors: list[WorkbenchError]) -> None:
 @eval_app.command("compare")
 def eval_compare(
     suite_name: Annotated[str, typer.Argument(help="the suite")],
-    positional: Annotated[list[str] | None, typer.Argument(metavar="[VERSION]...", help="prompt versions (or --versions)")] = None,
+    positional: Annotated[list[str] | None, typer.Argument(metavar="VERSION", help="prompt versions (or --versions)")] = None,
     versions: Annotated[str | None, typer.Option(help="prompt versions, comma-separated (default: the suite's)")] = None,
     models: Annotated[str | None, typer.Option(help="models, comma-separated (default: the prompt's)")] = None,
     reference: Annotated[str | None, typer.Option(help="the cell the others are compared with, VERSION:MODEL "
