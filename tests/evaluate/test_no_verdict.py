@@ -240,3 +240,40 @@ def test_the_gate_refuses_a_released_prompt_whose_content_moved(examples):
             assert con.execute("SELECT count(*) FROM calls").fetchall() == [(0,)]
     everything = workbench_cli(examples, "eval", env=OFFLINE_ENV)  # the other suites still run and are reported
     assert everything.returncode == 2 and "extractor" in everything.stdout and "WB_PROMPT_VERSION" in everything.stderr
+
+
+def test_a_model_that_never_answers_through_respond_records_no_baseline(tmp_path, store):
+    """The runtime's own failure, end to end: the model (the fake, echoing text) never calls the
+    `respond` tool, so every case is WB_LLM_OUTPUT_INVALID. That used to record a mean of 0.0 without
+    a word, and the next gate said "pass"."""
+    from typing import Literal
+
+    from pydantic import BaseModel
+
+    import workbench
+    from workbench.demo.fake_provider import AsyncFakeTransport, FakeProvider
+    from workbench.evaluate import define_eval, define_prompt, exact
+    from workbench.evaluate.gate import evaluate
+    from workbench.evaluate.runner import Network
+    from workbench.runtime import OpenAIProvider
+
+    class Ticket(BaseModel):
+        category: Literal["billing", "other"]
+
+    workbench.register_model(id="gpt-echo", provider="openai", context_window=100_000, max_output=4096,
+                             input=100, output=400, source="test", as_of="2026-01-01")
+    prompt = define_prompt("echo-classifier", "v1", system="Classify.", template="{{ticket}}", output=Ticket,
+                           model="gpt-echo")
+    suite = define_eval("echo-classifier", prompt, [{"id": f"t{n}", "vars": {"ticket": f"ticket {n}"},
+                                                     "expected": {"category": "billing"}} for n in range(8)],
+                        [exact("category")], baseline=tmp_path / "b.json", cassette=tmp_path / "c.json",
+                        providers=lambda transport: [OpenAIProvider("http://echo.test/v1", "sk", ["gpt-echo"],
+                                                                    transport=transport)])
+    fake = FakeProvider()  # no responder: it echoes text and never calls a tool
+    outcome = evaluate(suite, mode="record", record_baseline=True,
+                       network=Network(async_=lambda: AsyncFakeTransport(fake)))
+    assert outcome.exit_code == 2 and outcome.status == "error" and not outcome.recorded
+    assert outcome.error.code == "WB_EVAL_CASE_ERROR" and "8 of 8 cases ended in an error" in outcome.error.cause
+    assert "WB_LLM_OUTPUT_INVALID" in outcome.error.cause and "cannot record a baseline" in outcome.error.cause
+    assert not (tmp_path / "b.json").exists()
+    assert outcome.eval_run.mean is None and all(result.score is None for result in outcome.eval_run.results)
