@@ -225,7 +225,7 @@ def test_the_gate_refuses_a_released_prompt_whose_content_moved(examples):
     suite_file.write_text(suite_file.read_text().replace(
         'SYSTEM = "You classify support tickets', 'SYSTEM = "You carefully classify support tickets', 1))
     for args in (["eval", "classifier"], ["eval", "classifier", "--record-baseline"],
-                 ["eval", "classifier", "--prompt-version", "v2"]):
+                 ["eval", "classifier", "--prompt-version", "v2"], ["eval", "compare", "classifier", "v1", "v2"]):
         result = workbench_cli(examples, *args, env=OFFLINE_ENV)
         assert_no_verdict(result, "WB_PROMPT_VERSION", "ticket-classifier version", "changed since it was released",
                           "bump the version")

@@ -181,10 +181,11 @@ def _dropped(before: list[list[float]], after: list[list[float]], tolerance: flo
 def judge(
     suite: str, samples: dict[str, list[float]], costs: dict[str, int | None], baseline: Baseline,
     tolerance: float, max_cost_increase: float | None = None, confidence: float = 0.95,
-    errors: dict[str, str] | None = None, errors_fail: bool = False, epochs: int = 1,
+    errors: dict[str, str] | None = None, epochs: int = 1,
 ) -> Verdict:
     """Compare a run's case samples with the baseline's. `errors`: the cases that ended in an error
-    (never scored); they fail when `errors_fail`, and are left out of the mean on both sides. Cases
+    (never scored), judged as failed (for a suite whose errors are failures) and left out of the
+    mean on both sides. Cases
     must match the baseline's exactly: a new or a missing case cannot be judged
     (WB_EVAL_BASELINE_INVALID, re-record to accept it). `costs` are per case, over its `epochs`
     samples."""
@@ -206,7 +207,7 @@ def judge(
         recorded = baseline.cases[case_id]
         values = samples.get(case_id, [])
         score = stats.mean(values) if values else None
-        failed, p_value = _dropped([recorded.values], [values], tolerance, confidence) if values else (errors_fail, None)
+        failed, p_value = _dropped([recorded.values], [values], tolerance, confidence) if values else (True, None)
         cases.append(CaseVerdict(
             case_id=case_id, score=score, spread=stats.spread(values) if values else None, samples=values,
             baseline=recorded.score, baseline_spread=stats.spread(recorded.values),

@@ -15,6 +15,7 @@ from workbench.config import RecordMode
 from workbench.errors import WorkbenchError
 from workbench.evaluate import stats
 from workbench.evaluate.baseline import Baseline, CaseBaseline, PromptRef, Verdict, judge
+from workbench.evaluate.gate import check_released
 from workbench.evaluate.runner import EvalRun, Network, run_suite, store_eval_run
 from workbench.evaluate.scorers import as_text
 from workbench.evaluate.suite import Suite, check_confidence
@@ -130,6 +131,8 @@ def run_matrix(
     cell) is what the others are compared with. A cell that cannot run (a replay miss, an unknown
     model) is reported with its error; the others still run."""
     confidence = check_confidence(confidence, "--confidence") if confidence is not None else suite.confidence
+    for version in versions:  # a released prompt whose content moved is not compared either
+        check_released(suite, version)
     cells = [Cell(version, model) for version in versions for model in models]
     chosen = _reference(cells, reference)
     matrix = Matrix(suite, cells, chosen, epochs if epochs is not None else suite.epochs, confidence)

@@ -84,7 +84,7 @@ def evaluate(
         suite.name, {result.case_id: result.values for result in eval_run.judged},
         {result.case_id: result.cost_micros for result in eval_run.results}, baseline, suite.tolerance,
         max_cost_increase, confidence, errors={result.case_id: _describe(result.error) for result in errored},
-        errors_fail=True, epochs=eval_run.epochs,
+        epochs=eval_run.epochs,
     )
     error = regression_of(eval_run, verdict, max_cost_increase)
     store_eval_run(eval_run, "pass" if error is None else "regression", verdict, error.code if error else None)
