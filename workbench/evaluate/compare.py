@@ -57,8 +57,8 @@ class Cell:
 
     @property
     def source(self) -> str | None:
-        """live, replayed or mixed: where the cell's answers came from (paid money and replayed
-        calls are never added together, so a cell says which it is)."""
+        """live, replayed or mixed: where the cell's answers came from, so its cost per case says
+        whether it is money paid now or the price of recorded usage."""
         live = {sample.live for sample in self.samples}
         return None if not live else "mixed" if len(live) > 1 else "live" if live == {True} else "replayed"
 
