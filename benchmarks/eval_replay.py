@@ -1,7 +1,9 @@
-"""`workbench eval` replaying a 1,000-case suite from its cassette, against peer eval tools run
-from their own caches on the same 1,000 cases, same machine, same run.
+"""`workbench eval` replaying a 1,000-case suite from its cassette, once with one sample a case and
+once with 5 epochs (5,000 replayed calls), against peer eval tools run from their own caches on the
+same 1,000 cases, same machine, same run.
 
-    python benchmarks/eval_replay.py                 # 1,000 cases, best and median of 5, peers if installed
+    python benchmarks/eval_replay.py                 # 1,000 cases, 1 and 5 epochs, best and median of 5, peers if installed
+    python benchmarks/eval_replay.py --epochs 3      # the repeated-trials suite with 3 epochs instead
     python benchmarks/eval_replay.py --install-peers # install Inspect AI and promptfoo in scratch places first
     python benchmarks/eval_replay.py --cases 200 --no-peers
     python benchmarks/eval_replay.py --append        # append the results to benchmarks/RESULTS.md
@@ -14,7 +16,10 @@ What is measured:
   `workbench.demo.answers`). Then the whole `workbench eval bench` process is timed (a subprocess:
   interpreter start, imports, suite load, cassette load, 1,000 replayed runtime calls each in a run
   of kind `eval_case` with its spans and spool rows, scoring, the gate, the console report, the
-  spool written at exit): best and median of 5 wall times, and cases/s. The bytecode is compiled
+  spool written at exit): best and median of 5 wall times, and cases/s. The same suite with
+  `epochs=5` (`evals/bench5.py`, its own cassette holding 5 recorded answers of each request, its
+  baseline 5 samples a case) is timed in the same loop, one run of each in turn, so both figures
+  come from the same minutes of the same machine. The bytecode is compiled
   first (as an installed package's is), and each run starts once the ingester the run before it
   started has finished. The replay runs with its providers pointed at a port where nothing
   listens and the proxies pointed at a dead port: it cannot reach any network.
@@ -90,7 +95,7 @@ def providers(transport):
 
 
 suite = define_eval("{name}", PROMPT, "{name}_cases.jsonl", [exact("category"), json_valid()], providers=providers,
-                    concurrency={concurrency})
+                    concurrency={concurrency}, epochs={epochs})
 '''
 
 
@@ -104,12 +109,12 @@ def tickets(count: int) -> list[dict]:
     return out
 
 
-def write_suite(root: Path, name: str, cases: int, concurrency: int = 8) -> Path:
+def write_suite(root: Path, name: str, cases: int, concurrency: int = 8, epochs: int = 1) -> Path:
     evals = root / "evals"
     evals.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "models.toml", root / "models.toml")
     (evals / f"{name}.py").write_text(SUITE.format(cases=cases, system=SYSTEM, model=MODEL, name=name,
-                                                   concurrency=concurrency))
+                                                   concurrency=concurrency, epochs=epochs))
     (evals / f"{name}_cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in tickets(cases)))
     return evals / f"{name}.py"
 
@@ -189,29 +194,39 @@ def workbench_eval(root: Path, name: str, base_url: str, extra: list[str] = ()) 
     return time.perf_counter() - started, result
 
 
-def bench_workbench(root: Path, cases: int, repeats: int) -> dict:
+def bench_workbench(root: Path, cases: int, repeats: int, epochs: int) -> dict:
     import compileall
     import statistics
 
-    write_suite(root, "bench", cases)
-    record_s = record(root, "bench", IN_PROCESS_FAKE)
+    suites = {"bench": 1, f"bench{epochs}": epochs}
+    recorded = {}
+    for name, count in suites.items():
+        write_suite(root, name, cases, epochs=count)
+        recorded[name] = record(root, name, IN_PROCESS_FAKE)
     compileall.compile_dir(str(REPO / "workbench"), quiet=1)
-    times, speeds = [], []
+    times: dict[str, list[float]] = {name: [] for name in suites}
+    speeds = []
     for _ in range(repeats):
-        settle(root)
-        speeds.append(machine_speed())
-        elapsed, result = workbench_eval(root, "bench", f"http://127.0.0.1:{free_port()}/v1")
-        if result.returncode != 0:
-            raise SystemExit(f"workbench eval failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr}")
-        times.append(elapsed)
+        for name in suites:  # one run of each in turn: both figures from the same minutes
+            settle(root)
+            speeds.append(machine_speed())
+            elapsed, result = workbench_eval(root, name, f"http://127.0.0.1:{free_port()}/v1")
+            if result.returncode != 0:
+                raise SystemExit(f"workbench eval {name} failed ({result.returncode}):\n{result.stdout[-2000:]}\n"
+                                 f"{result.stderr}")
+            times[name].append(elapsed)
     startup = []
     for _ in range(repeats):
         started = time.perf_counter()
         subprocess.run([str(Path(sys.executable).with_name("workbench")), "--help"], capture_output=True, check=True)
         startup.append(time.perf_counter() - started)
-    return {"record_s": record_s, "times": times, "best": min(times), "median": statistics.median(times),
-            "speeds": speeds, "cases_per_s": cases / min(times),
-            "cli_help_s": min(startup), "cassette_bytes": (root / "cassettes" / "bench.json").stat().st_size}
+    runs = {name: {"epochs": count, "record_s": recorded[name], "times": times[name], "best": min(times[name]),
+                   "median": statistics.median(times[name]), "samples_per_s": cases * count / min(times[name]),
+                   "cassette_bytes": (root / "cassettes" / f"{name}.json").stat().st_size}
+            for name, count in suites.items()}
+    single = runs["bench"]
+    return {**single, "cases_per_s": cases / single["best"], "speeds": speeds,
+            "cli_help_s": min(startup), "epochs_run": runs[f"bench{epochs}"]}
 
 
 def host_independence(root: Path) -> dict:
@@ -362,6 +377,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=5, help="the samples a case of the repeated-trials suite")
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--install-peers", action="store_true",
                         help=f"pip install inspect-ai into {PEER_VENV} and npm install promptfoo into {PEER_NPM} first")
@@ -372,7 +388,7 @@ def main() -> None:
         install_peers()
     root = Path(tempfile.mkdtemp(prefix="wb-eval-bench-"))
     load_before = os.getloadavg()
-    ours = bench_workbench(root, args.cases, args.repeats)
+    ours = bench_workbench(root, args.cases, args.repeats, args.epochs)
     print(f"workbench eval: {ours}", flush=True)
     hosts = host_independence(root)
     print(f"host independence: {hosts}", flush=True)
@@ -409,6 +425,7 @@ def render(args, ours, hosts, peers, load_before, load_after) -> str:
         f"{', '.join(f'{t:.2f}' for t in ours['times'])} s); target < 1.5 s: {target}. `workbench --help` alone: "
         f"{ours['cli_help_s']:.2f} s. Each run starts with no ingester running; the machine's speed before each "
         f"(a fixed Python loop): {min(ours['speeds']):.2f}-{max(ours['speeds']):.2f} s",
+        _epochs_line(args, ours),
         f"- host independence: recorded at `{hosts['recorded_uri']}`, replayed with the base URL at "
         f"`{hosts['replayed_on']}` (nothing listening): exit {hosts['other_port_rc']}; with the recording server "
         f"shut down and the host changed to localhost: exit {hosts['server_gone_rc']}",
@@ -424,6 +441,18 @@ def render(args, ours, hosts, peers, load_before, load_after) -> str:
                 f"(filling the cache: {peer['calls_filling']}); the same cache with the base URL on another port: "
                 f"{peer['calls_other_port']} of {args.cases:,} calls went to the server (the cache key holds the host)")
     return "\n".join(lines) + "\n"
+
+
+def _epochs_line(args, ours) -> str:
+    """The repeated-trials suite beside the single-sample one, measured in turn in the same loop."""
+    many = ours["epochs_run"]
+    return (
+        f"- **the same {args.cases:,} cases with {many['epochs']} epochs ({args.cases * many['epochs']:,} replayed calls, "
+        f"cassette {many['cassette_bytes'] / 1e6:.1f} MB, recorded in {many['record_s']:.1f} s), best of {args.repeats}: "
+        f"{many['best']:.2f} s, median {many['median']:.2f} s** (all: {', '.join(f'{t:.2f}' for t in many['times'])} s; "
+        f"{many['samples_per_s']:,.0f} samples/s) — beside 1 epoch in the same loop: best {ours['best']:.2f} s, "
+        f"median {ours['median']:.2f} s; {many['best'] / ours['best']:.1f}x the time for {many['epochs']}x the samples"
+    )
 
 
 if __name__ == "__main__":

@@ -184,7 +184,8 @@ def page_header(title: str, caption: str) -> q.Filters:
     filters = q.Filters(date_from=picked[0] if picked else None,
                         date_to=picked[1] if len(picked) > 1 else (picked[0] if picked else None),
                         source=source, **chosen)
-    keep = {key: st.query_params.get_all(key) for key in ("run_id", "eval_run_id") if key in st.query_params}
+    keep = {key: st.query_params.get_all(key) for key in ("run_id", "eval_run_id", "matrix_id", "case")
+            if key in st.query_params}
     wanted = {**params_of(filters), **{key: values[0] for key, values in keep.items() if values}}
     if {key: st.query_params.get_all(key) for key in st.query_params.keys()} != {
         key: value if isinstance(value, list) else [value] for key, value in wanted.items()

@@ -21,7 +21,8 @@ classifier_v1 = define_prompt(
     "ticket-classifier", "v1", system=SYSTEM, template="<ticket>{{ticket}}</ticket>", output=Ticket,
     model="claude-haiku-4-5",
 )
-# v2 adds a policy the product team asked for; `workbench eval compare classifier v1 v2` shows its effect
+# v2 adds a policy the product team asked for; `workbench eval compare classifier v1 v2` shows its effect, and
+# `workbench eval compare classifier --versions v1,v2 --models claude-haiku-4-5,gpt-4o-mini` on two models
 classifier_v2 = define_prompt(
     "ticket-classifier", "v2", system=SYSTEM + " Refunds are account issues.",
     template="<ticket>{{ticket}}</ticket>", output=Ticket, model="claude-haiku-4-5",

@@ -1,5 +1,7 @@
 """Article summarizer graded by an LLM judge whose own prompt is versioned (its hash names the
-scorer); the judge's calls are recorded, replayed and billed apart from the summarizer's."""
+scorer); the judge's calls are recorded, replayed and billed apart from the summarizer's. A judge
+does not grade the same summary the same way twice, so every case is judged three times (epochs):
+its score is the mean, and the gate allows for the spread."""
 
 from pathlib import Path
 
@@ -20,5 +22,5 @@ judge_v1 = define_prompt(
 
 suite = define_eval(
     "summarizer", summarizer_v1, "summarizer_cases.jsonl", [llm_judge(judge_v1), regex(r"\w+")],
-    judge="claude-haiku-4-5",
+    judge="claude-haiku-4-5", epochs=3,
 )

@@ -50,7 +50,10 @@ CODES: dict[str, str] = {
     "WB_EVAL_BASELINE_MISSING": "the suite has never recorded a baseline",
     "WB_EVAL_BASELINE_INVALID": "the baseline file is unreadable or has the wrong shape",
     "WB_EVAL_RECORDING": "the gate was asked to run while WORKBENCH_EVAL_RECORD=1 is set",
-    "WB_EVAL_THRESHOLD": "a score dropped from the baseline by more than the tolerance",
+    "WB_EVAL_CASE_ERROR": "cases ended in an error (the target or a scorer raised), so the suite has no verdict",
+    "WB_EVAL_SCORE_INVALID": "a scorer or a judge gave a score that is not a number in [0, 1] (NaN, 5, a word)",
+    "WB_EVAL_THRESHOLD": "a score dropped from the baseline by more than the tolerance, beyond the noise of its samples",
+    "WB_EVAL_CASE_FAILED": "a case's target raised, and its suite declares errors as failures",
     "WB_EVAL_COST": "the cost per case rose more than --max-cost-increase allows",
     "WB_EVAL_MISSING": "a declared prompt is not named by any eval suite",
     "WB_SPEND_ABOVE": "the spend in a cost report is above --fail-above (in total, or for a group with --by)",
@@ -61,7 +64,7 @@ CODES: dict[str, str] = {
 
 # Exit codes of the CLI: 1 is a regression found by the gate (or spend above an alert's line), 2 anything
 # that prevented a verdict.
-EXIT_CODES: dict[str, int] = {"WB_EVAL_THRESHOLD": 1, "WB_EVAL_COST": 1, "WB_SPEND_ABOVE": 1}
+EXIT_CODES: dict[str, int] = {"WB_EVAL_THRESHOLD": 1, "WB_EVAL_CASE_FAILED": 1, "WB_EVAL_COST": 1, "WB_SPEND_ABOVE": 1}
 
 
 class WorkbenchError(Exception):

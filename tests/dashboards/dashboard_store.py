@@ -174,6 +174,43 @@ EVAL_RESULTS = [
 ]
 
 
+# a `workbench eval compare` of prompt greet 1 and 2 on alpha and beta, 2 samples a case; M1 the reference
+# cell id, version, model, cost per sample, live latencies (ms) or None (replayed), case outputs and scores
+MATRIX_CELLS = [
+    ("M1", "1", "alpha", 1_000_001, None, {"ada": ("Hello Ada", [1.0, 1.0]), "grace": ("Hi Grace", [1.0, 1.0])}),
+    ("M2", "2", "alpha", 2_000_000, None, {"ada": ("Hello Ada", [1.0, 1.0]), "grace": ("Bye Grace", [0.0, 0.0])}),
+    ("M3", "1", "beta", 500_000, [40.0, 10.0, 30.0, 20.0],
+     {"ada": ("Hello, Ada!", [1.0, 1.0]), "grace": ("Hi Grace", [1.0, 0.0])}),
+]
+# what `workbench eval compare` judged against M1 (one-sided Welch): grace on M2 fell 1 -> 0 with no
+# noise on either side (p 0: worse); on M3 it fell 1 -> 0.5 with a spread of 0.71 (p 0.25: noise)
+MATRIX_JUDGED = {("M2", "grace"): (0.0, False), ("M3", "grace"): (0.25, True)}
+
+
+def _matrix_rows() -> tuple[list[dict], list[dict], list[dict]]:
+    runs, results, samples = [], [], []
+    reference = {case: scores for case, (_, scores) in MATRIX_CELLS[0][5].items()}
+    for index, (run_id, version, model, cost, latencies, cases) in enumerate(MATRIX_CELLS):
+        runs.append({"eval_run_id": run_id, "suite": "greeting", "prompt_id": "greet", "prompt_version": version,
+                     "prompt_hash": f"wb1:{version}", "model": model, "mode": "replay" if latencies is None else "record",
+                     "started_at": _at(72 * 60 + index).isoformat(), "verdict": "compared", "epochs": 2,
+                     "tolerance": 0.05, "confidence": 0.95, "cases": 2, "errored_cases": 0, "matrix_id": "MX",
+                     "matrix_reference": index == 0, "cost_micros": cost * 4,
+                     "mean_score": sum(sum(s) / 2 for _, s in cases.values()) / 2})
+        for case, (output, scores) in cases.items():
+            p_value, passed = MATRIX_JUDGED.get((run_id, case), (None, True))
+            results.append({"eval_run_id": run_id, "case_id": case, "score": sum(scores) / 2,
+                            "baseline_score": sum(reference[case]) / 2, "delta": sum(scores) / 2 - sum(reference[case]) / 2,
+                            "passed": passed, "samples": 2, "spread": 0.707107 if len(set(scores)) > 1 else 0.0,
+                            "p_value": p_value, "cost_micros": cost * 2, "output": output})
+            for epoch, score in enumerate(scores, start=1):
+                live = latencies is not None
+                samples.append({"eval_run_id": run_id, "case_id": case, "epoch": epoch, "score": score,
+                                "cost_micros": cost, "live": live, "output": output,
+                                "latency_ms": latencies[(epoch - 1) * 2 + (case == "grace")] if live else 0.5})
+    return runs, results, samples
+
+
 def build(path: Path, evals: bool = True, calls: list[tuple] = CALLS, runs: list[tuple] = RUNS,
           compactions: list[tuple] = COMPACTIONS) -> Path:
     """The store: these calls, runs and compactions (the fixed ones above by default)."""
@@ -194,4 +231,8 @@ def build(path: Path, evals: bool = True, calls: list[tuple] = CALLS, runs: list
         if evals:
             write_rows(con, "eval_run", EVAL_RUNS)
             write_rows(con, "eval_result", EVAL_RESULTS)
+            matrix_runs, matrix_results, matrix_samples = _matrix_rows()
+            write_rows(con, "eval_run", matrix_runs)
+            write_rows(con, "eval_result", matrix_results)
+            write_rows(con, "eval_sample", matrix_samples)
     return path

@@ -3,12 +3,14 @@ and the headline figures shown equal the ones computed here from the fixture's r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pandas.api.types import is_numeric_dtype
 from streamlit.testing.v1 import AppTest
 
 import dashboard_store as fx
-from fixtures.dashboard_app import render
+from fixtures.dashboard_app import APP, render
 from workbench.money import format_amount
 
 CALLS = fx.call_rows()
@@ -239,3 +241,15 @@ def test_recorded_text_never_reaches_markdown(hostile_db, monkeypatch, page, par
         shown = [t.value for t in at.text] + [c.value for c in at.code]
         assert any(hostile_store.hostile("Say hello to Ada", "prompt", CANARY) in text for text in shown)
         assert any("run-error" in text for text in shown) == (params["run_id"] == "R2")
+
+
+def test_evals_shows_the_matrix_and_a_case_side_by_side(dashboard_db, monkeypatch):
+    at = render(dashboard_db, monkeypatch, "evals.py", matrix_id="MX", case="grace")
+    assert any(box.label == "Matrix" for box in at.selectbox)
+    texts = [code.value for code in at.code]
+    # each cell's output as text, and its difference from the reference cell
+    assert "Hi Grace" in texts and "Bye Grace" in texts
+    assert any("-Hi Grace" in text and "+Bye Grace" in text for text in texts)
+    assert "same as the reference" in texts  # beta's first answer to grace is the reference's
+    captions = " ".join(caption.value for caption in at.caption)
+    assert "score 1.00" in captions and "score 0.00" in captions and "score 0.50 ±0.71" in captions

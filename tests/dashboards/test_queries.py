@@ -164,6 +164,31 @@ def test_evals(dashboard_db):
     assert only_v1["eval_run_id"].to_list() == ["E1"]
 
 
+def test_eval_matrix(dashboard_db):
+    """The cells of a `workbench eval compare`, each figure from the fixture's samples by hand."""
+    [matrix] = read(dashboard_db, lambda con: q.eval_matrices(con, q.Filters())).to_dicts()
+    assert (matrix["matrix_id"], matrix["cells"], matrix["versions"], matrix["models"]) == (
+        "MX", 3, ["1", "2"], ["alpha", "beta"])
+    cells = read(dashboard_db, lambda con: q.eval_matrix(con, "MX")).to_dicts()
+    assert [(cell["prompt_version"], cell["model"], cell["reference"]) for cell in cells] == [
+        ("1", "alpha", True), ("2", "alpha", False), ("1", "beta", False)]
+    for cell, (_, _, _, cost, latencies, cases) in zip(cells, fx.MATRIX_CELLS, strict=True):
+        assert cell["samples"] == 4 and cell["cost_per_case_micros"] == cost  # one sample's cost
+        if latencies is None:  # replayed: no latency figure
+            assert (cell["live_samples"], cell["latency_median_ms"], cell["latency_p95_ms"]) == (0, None, None)
+        else:
+            ordered = sorted(latencies)
+            assert cell["live_samples"] == 4 and cell["latency_median_ms"] == (ordered[1] + ordered[2]) / 2
+            assert cell["latency_p95_ms"] == ordered[3]  # nearest rank: ceil(0.95 x 4) = the 4th
+    assert [(cell["worse"], cell["better"]) for cell in cells] == [(0, 0), (1, 0), (0, 0)]  # M3's drop is noise
+    assert [cell["worse_cases"] for cell in cells] == [None, ["grace"], None]
+    side_by_side = read(dashboard_db, lambda con: q.eval_matrix_case(con, "MX", "grace"))
+    assert side_by_side.filter(side_by_side["epoch"] == 1)["output"].to_list() == ["Hi Grace", "Bye Grace", "Hi Grace"]
+    assert read(dashboard_db, lambda con: q.eval_matrix_case_ids(con, "MX"))["case_id"].to_list() == ["grace", "ada"]
+    # the cells of a matrix are not gate runs
+    assert "MX" not in read(dashboard_db, lambda con: q.eval_history(con, q.Filters()))["eval_run_id"].to_list()
+
+
 def test_evals_page_without_eval_tables():
     con = duckdb.connect()
     assert q.evals_page(con, q.Filters()) == {}

@@ -108,18 +108,30 @@ def test_callables_returning_bool_float_label_and_tuple():
     assert score(lambda output: (False, "nope"), "x").explanation == "nope"
 
 
-@pytest.mark.parametrize("bad", [1.5, -0.1, 2])
-def test_a_score_outside_zero_to_one_is_a_suite_error(bad):
+@pytest.mark.parametrize("bad", [1.5, -0.1, 2, float("nan"), float("inf")])
+def test_a_score_that_is_not_a_number_in_zero_to_one_is_refused_where_it_is_made(bad):
     def over(output):
         return bad
 
     with pytest.raises(WorkbenchError) as caught:
         score(over, "x")
-    assert caught.value.code == "WB_EVAL_SUITE_INVALID" and "over" in caught.value.cause and str(bad) in caught.value.cause
+    assert caught.value.code == "WB_EVAL_SCORE_INVALID" and "over" in caught.value.cause and str(bad) in caught.value.cause
+    with pytest.raises(WorkbenchError) as made:  # a Score built by hand is checked too
+        Score(bad)
+    assert made.value.code == "WB_EVAL_SCORE_INVALID" and str(bad) in made.value.cause
+    with pytest.raises(WorkbenchError, match="WB_EVAL_SCORE_INVALID"):
+        score(lambda output: Score(bad), "x")
 
 
-def test_an_unusable_return_is_a_suite_error():
-    with pytest.raises(WorkbenchError, match="WB_EVAL_SUITE_INVALID"):
+def test_a_score_cannot_be_changed_after_it_was_checked():
+    checked = Score(0.5)
+    with pytest.raises(AttributeError):
+        checked.value = float("nan")
+    assert Score(True).value == 1.0 and Score(0).value == 0.0 and Score(None, label="calm").value is None
+
+
+def test_an_unusable_return_is_a_score_error():
+    with pytest.raises(WorkbenchError, match="WB_EVAL_SCORE_INVALID"):
         score(lambda output: [1], "x")
 
 
@@ -145,7 +157,21 @@ def test_the_judge_reply_becomes_the_score():
         assert score(scorer, "out", "exp", judge=judge).value == expected
     assert seen[0] == ("grader", {"input": '{"q": "x"}', "output": "out", "expected": "exp"}, "c1")
     reply = "no idea"
-    with pytest.raises(WorkbenchError, match="WB_EVAL_SUITE_INVALID"):
+    with pytest.raises(WorkbenchError, match="WB_EVAL_SCORE_INVALID"):
         score(scorer, "out", judge=judge)
     with pytest.raises(WorkbenchError, match="needs a judge"):
         score(scorer, "out")
+
+
+@pytest.mark.parametrize("reply,shown", [
+    ('{"score": NaN, "reason": "unsure"}', "nan"), ('{"score": 5}', "5"), ({"score": 1.5}, "1.5"),
+    ({"reason": "no score key"}, "None"), ({"score": "high"}, "'high'"), ({"score": True}, "True"),
+])
+def test_a_judge_reply_that_is_not_a_score_in_zero_to_one_is_refused(reply, shown):
+    """{"score": NaN} or {"score": 5} from a judge used to pass the gate; a reply without a score
+    used to score 0. Each is WB_EVAL_SCORE_INVALID, naming the judge and the value."""
+    scorer = llm_judge(JUDGE)
+    with pytest.raises(WorkbenchError) as caught:
+        score(scorer, "out", "exp", judge=lambda prompt, variables, case_id: reply)
+    assert caught.value.code == "WB_EVAL_SCORE_INVALID"
+    assert scorer.name in caught.value.cause and shown in caught.value.cause

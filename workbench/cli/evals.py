@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -18,7 +19,8 @@ from workbench.cli.core import (
 )
 from workbench.errors import WorkbenchError
 
-Mode, CompareMode = choices("Mode", "replay", "record", "rerecord", "live"), choices("CompareMode", "replay", "record")
+Mode, CompareMode = choices("Mode", "replay", "record", "rerecord", "live"), choices("CompareMode", "replay", "record", "live")
+CompareFormat = choices("CompareFormat", "table", "markdown", "json")
 
 def _suites(names: list[str], evals: Path):
     from workbench.evaluate.suite import find_suite, load_suites
@@ -39,6 +41,11 @@ def _progress(total: int, label: str):
     return progress, lambda: progress.advance(task)
 
 
+EpochsOption = Annotated[int | None, typer.Option(min=1, help="run every case N times (default: the suite's epochs)")]
+ConfidenceOption = Annotated[float | None, typer.Option(
+    help="how sure the gate must be that a drop is not noise, e.g. 0.95 (default: the suite's)")]
+
+
 @eval_app.command("run")
 def eval_run(
     suites: Annotated[list[str] | None, typer.Argument(help="suite names or files (default: every suite)")] = None,
@@ -48,6 +55,8 @@ def eval_run(
     record_baseline: Annotated[bool, typer.Option("--record-baseline", help="record the baseline; no gate")] = False,
     max_cost_increase: Annotated[float | None, typer.Option(min=0, callback=finite,
                                                             help="fail if cost per case rises more (0.1 = 10%)")] = None,
+    epochs: EpochsOption = None,
+    confidence: ConfidenceOption = None,
     junit: Annotated[Path | None, typer.Option(help="write JUnit XML here")] = None,
     markdown: Annotated[Path | None, typer.Option(help="write a Markdown summary here")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the JSON report here")] = None,
@@ -65,13 +74,17 @@ def eval_run(
             "WB_EVAL_RECORDING", "WORKBENCH_EVAL_RECORD=1 is set, and the gate never records: nothing was run",
             "unset WORKBENCH_EVAL_RECORD to gate, or pass --record-baseline to record",
         )
-    outcomes = []
+    outcomes, refused = [], []
     loaded = _suites(suites or [], evals)
     gc.freeze()  # what is loaded so far lives to the end: no collection scans it again
     for suite in loaded:
         progress, advance = _progress(len(suite.cases), f"eval {suite.name}")
-        with progress:
-            outcomes.append(evaluate(suite, mode, prompt_version, record_baseline, max_cost_increase, advance))
+        try:
+            with progress:
+                outcomes.append(evaluate(suite, mode, prompt_version, record_baseline, max_cost_increase, advance,
+                                         epochs=epochs, confidence=confidence))
+        except WorkbenchError as exc:  # this suite could not be judged; the others still are
+            refused.append(exc)
     # the results are spooled; ingestion into the store happens after exit, off the gate's clock
     if fmt == "table":
         print_console(outcomes, console)
@@ -84,54 +97,97 @@ def eval_run(
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(render(outcomes), encoding="utf-8")
-    failed = [outcome.error for outcome in outcomes if outcome.error is not None]
-    if record_baseline:
-        for outcome in outcomes:
+    for outcome in outcomes:
+        if outcome.recorded:
             (console if fmt == "table" else err_console).print(f"recorded {outcome.eval_run.suite.baseline_path}")
-    if failed:
-        raise failed[0]
+    _fail_with(refused + [outcome.error for outcome in outcomes if outcome.error is not None])
+
+
+def _fail_with(errors: list[WorkbenchError]) -> None:
+    """Say every problem; exit with the worst (2, could not judge, over 1, a regression)."""
+    if not errors:
+        return
+    worst = max(errors, key=lambda error: error.exit_code)
+    for error in errors:
+        if error is not worst:
+            err_console.print(error_text(error.code, error.cause, error.fix))
+    raise worst
 
 
 @eval_app.command("compare")
 def eval_compare(
     suite_name: Annotated[str, typer.Argument(help="the suite")],
-    version_a: Annotated[str, typer.Argument(help="a prompt version")],
-    version_b: Annotated[str, typer.Argument(help="another prompt version")],
+    positional: Annotated[list[str] | None, typer.Argument(metavar="VERSION", help="prompt versions (or --versions)")] = None,
+    versions: Annotated[str | None, typer.Option(help="prompt versions, comma-separated (default: the suite's)")] = None,
+    models: Annotated[str | None, typer.Option(help="models, comma-separated (default: the prompt's)")] = None,
+    reference: Annotated[str | None, typer.Option(help="the cell the others are compared with, VERSION:MODEL "
+                                                       "(default: the first)")] = None,
+    epochs: EpochsOption = None,
+    confidence: ConfidenceOption = None,
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
-    mode: Annotated[CompareMode | None, typer.Option(help="replay (default) or record: live calls only for what changed")] = None,
-    fmt: FormatOption = Format.table,
+    mode: Annotated[CompareMode | None, typer.Option(help="replay (default: recorded cells only), record (live calls "
+                                                          "only for what is not recorded) or live")] = None,
+    fmt: Annotated[CompareFormat, typer.Option("--format", help="a table, or Markdown or JSON")] = CompareFormat.table,
+    out: Annotated[Path | None, typer.Option(help="write the markdown or json here instead of stdout")] = None,
 ) -> None:
-    """Two prompt versions side by side, case by case: score, output, cost."""
-    import asyncio
-
-    from workbench.evaluate.runner import run_suite
-    from workbench.evaluate.scorers import as_text
+    """Prompt versions x models side by side: per cell the mean and its spread, the cases that moved
+    against the reference cell, the cost per case and the latency (median, p95)."""
+    from workbench.evaluate.compare import HEADERS, rows, run_matrix, to_json, to_markdown
 
     (suite,) = _suites([suite_name], evals)
-    runs = [asyncio.run(run_suite(suite, mode and mode.value, version)) for version in (version_a, version_b)]
+    chosen = [*(positional or []), *_listed(versions)] or [suite.prompt.version]
+    matrix = run_matrix(suite, chosen, _listed(models) or [suite.prompt.model], mode and mode.value, epochs, reference,
+                        confidence)
     if fmt != "table":
-        _emit([{"case": left.case_id, "version_a": version_a, "version_b": version_b, "score_a": left.score,
-                "score_b": right.score, "delta": right.score - left.score, "cost_a_micros": left.cost_micros,
-                "cost_b_micros": right.cost_micros,
-                "output_a": as_text(left.output) if left.output is not None else (left.error and left.error.code),
-                "output_b": as_text(right.output) if right.output is not None else (right.error and right.error.code)}
-               for left, right in zip(runs[0].results, runs[1].results, strict=True)], fmt, suite.name)
-        return
-    table = Table(title=f"{suite.name}: {suite.prompt.id} {version_a} vs {version_b}")
-    for name in ("case", f"score {version_a}", f"score {version_b}", "Δ", f"cost {version_a}", f"cost {version_b}",
-                 f"output {version_a}", f"output {version_b}"):
+        text = (to_json if fmt == "json" else to_markdown)(matrix)
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+            err_console.print(f"wrote {out}")
+    else:
+        ran = [cell for cell in matrix.cells if cell.eval_run is not None]
+        if len(ran) == 2:  # two cells: case by case first, as `workbench eval compare SUITE v1 v2` always showed
+            _two_cells(*ran)
+        table = Table(title=f"{suite.name}: {suite.prompt.id}, reference {matrix.reference.label}")
+        for name in HEADERS:
+            table.add_column(name)
+        for row in rows(matrix):
+            table.add_row(*row)
+        console.print(table)
+    # a cell that could not run (never recorded, in replay) leaves the matrix incomplete: exit 2
+    _fail_with([WorkbenchError(cell.error.code, f"cell {cell.label} not run: {cell.error.cause}", cell.error.fix)
+                for cell in matrix.cells if cell.error is not None])
+
+
+def _listed(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def _two_cells(left, right) -> None:
+    """Two cells case by case: score, output, cost (the form of `workbench eval compare SUITE v1 v2`)."""
+    from workbench.evaluate.scorers import as_text
+
+    a, b = left.eval_run, right.eval_run
+    table = Table(title=f"{left.label} vs {right.label}")
+    for name in ("case", f"score {left.version}", f"score {right.version}", "Δ", f"cost {left.version}",
+                 f"cost {right.version}", f"output {left.version}", f"output {right.version}"):
         table.add_column(name)
-    for left, right in zip(runs[0].results, runs[1].results, strict=True):
+    for one, two in zip(a.results, b.results, strict=True):
+        delta = "" if one.score is None or two.score is None else f"{two.score - one.score:+.2f}"
         table.add_row(
-            left.case_id, f"{left.score:.2f}", f"{right.score:.2f}", f"{right.score - left.score:+.2f}",
-            _money(left.cost_micros, exact=True), _money(right.cost_micros, exact=True),
-            as_text(left.output)[:40] if left.output is not None else str(left.error and left.error.code),
-            as_text(right.output)[:40] if right.output is not None else str(right.error and right.error.code),
+            one.case_id, _score(one.score), _score(two.score), delta,
+            _money(one.cost_micros, exact=True), _money(two.cost_micros, exact=True),
+            as_text(one.output)[:40] if one.output is not None else str(one.error and one.error.code),
+            as_text(two.output)[:40] if two.output is not None else str(two.error and two.error.code),
         )
     console.print(table)
-    console.print(
-        f"mean {runs[0].mean:.4f} → {runs[1].mean:.4f}; cost {_money(runs[0].cost_micros)} → {_money(runs[1].cost_micros)}"
-    )
+    console.print(f"mean {_score(a.mean, 4)} → {_score(b.mean, 4)}; cost {_money(a.cost_micros)} → {_money(b.cost_micros)}")
+
+
+def _score(value: float | None, places: int = 2) -> str:
+    return "error" if value is None else f"{value:.{places}f}"
 
 
 @eval_app.command("cases-from-runs")
@@ -140,9 +196,13 @@ def eval_cases_from_runs(
     since: Annotated[str | None, typer.Option(help="only runs started on or after this date (YYYY-MM-DD) or time")] = None,
     limit: Annotated[int | None, typer.Option(min=1, max=LIMIT_MAX, help="the latest N runs at most")] = None,
     out: Annotated[Path | None, typer.Option(help="the JSONL file to write (default: stdout)")] = None,
+    conflicts: Annotated[Path | None, typer.Option(help="also write the conflicting inputs here, as JSONL")] = None,
+    include_evals: Annotated[bool, typer.Option("--include-evals", help="also eval-case and judge runs")] = False,
+    include_replayed: Annotated[bool, typer.Option("--include-replayed", help="also runs answered from a cassette")] = False,
 ) -> None:
-    """Write JSONL eval cases from captured runs of a prompt (their variables and outputs), so
-    production traffic becomes an eval set: load it with define_eval(..., cases="FILE")."""
+    """Write JSONL eval cases from captured production runs of a prompt (their variables and
+    outputs), one per distinct input, so traffic becomes an eval set: load it with
+    define_eval(..., cases="FILE"). An input answered in different ways is reported, not written."""
     from datetime import datetime
 
     from workbench.evaluate.dataset import cases_from_runs, write_cases
@@ -155,10 +215,22 @@ def eval_cases_from_runs(
             raise WorkbenchError("WB_CONFIG_INVALID", f"--since {since!r} is not a date or an ISO time",
                                  "pass --since 2026-01-31 or --since 2026-01-31T12:00:00+00:00") from None
         when = when.date() if len(since) == 10 else when
-    cases = cases_from_runs(prompt, when, limit)
-    write_cases(cases, out)
-    if out is not None:
-        err_console.print(f"wrote {len(cases)} cases of prompt {prompt} to {out}")
+    dataset = cases_from_runs(prompt, when, limit, include_evals=include_evals, include_replayed=include_replayed)
+    if dataset.cases:
+        write_cases(dataset.cases, out)
+    for conflict in dataset.conflicts:
+        answers = "; ".join(f"{json.dumps(answer['expected'], ensure_ascii=False)[:120]} ×{answer['runs']} "
+                            f"(runs {', '.join(answer['run_ids'][:3])})" for answer in conflict["answers"])
+        err_console.print(Text.assemble(("conflict", "yellow"), f", not written: {json.dumps(conflict['vars'], ensure_ascii=False)[:200]}"
+                                        f" was answered {len(conflict['answers'])} ways: {answers}"))
+    if conflicts is not None and dataset.conflicts:
+        write_cases(dataset.conflicts, conflicts)
+    err_console.print(
+        f"{dataset.runs} runs of prompt {prompt}: {len(dataset.cases)} cases"
+        + (f" written to {out}" if out is not None and dataset.cases else "")
+        + (f"; {len(dataset.conflicts)} inputs with conflicting answers left out (review them"
+           + (f" in {conflicts}" if conflicts is not None else ", e.g. with --conflicts FILE")
+           + ", then add each with the right answer by hand)" if dataset.conflicts else ""))
 
 
 @app.command("check")

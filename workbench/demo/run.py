@@ -50,6 +50,10 @@ def _register_models(root: Path) -> None:
 
 
 def _gate_examples(root: Path) -> dict[str, str]:
+    """Gate every example suite, and replay the recorded matrices of `workbench eval compare` (so the
+    dashboard's Evals page has one to show)."""
+    from workbench.demo.examples import MATRIX
+    from workbench.evaluate.compare import run_matrix
     from workbench.evaluate.gate import evaluate
     from workbench.evaluate.suite import load_suites
 
@@ -58,7 +62,10 @@ def _gate_examples(root: Path) -> dict[str, str]:
     for name, suite in sorted(suites.items()):
         try:
             outcome = evaluate(suite, mode="replay")
-            verdicts[name] = "pass" if outcome.error is None else f"regression ({outcome.error.code})"
+            verdicts[name] = "pass" if outcome.error is None else (
+                f"{'regression' if outcome.exit_code == 1 else 'no verdict'} ({outcome.error.code})")
+            if name in MATRIX:
+                run_matrix(suite, *MATRIX[name], mode="replay")
         except WorkbenchError as exc:
             verdicts[name] = f"could not judge ({exc.code})"
     return verdicts
@@ -129,5 +136,6 @@ def print_summary(summary: Summary, db: Path, console: Console, db_option: Path 
     evals = "" if summary.project.resolve() == Path.cwd().resolve() else f" --evals {shlex.quote(str(summary.project / 'evals'))}"
     for command in (f"workbench dashboard{store}", f"workbench report cost --by model{store}",
                     f"workbench report failures{store}", f"workbench runs list{store}", f"workbench eval{evals}",
-                    f"workbench eval compare classifier v1 v2{evals}"):
+                    f"workbench eval compare classifier v1 v2{evals}",
+                    f"workbench eval compare classifier --versions v1,v2 --models claude-haiku-4-5,gpt-4o-mini{evals}"):
         console.print(Text(f"  {command}"))

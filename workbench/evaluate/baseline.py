@@ -1,6 +1,8 @@
 """Baselines and the gate. A baseline is a committed, stable JSON file (sorted keys, one case per
-line) so accepting new numbers is a reviewable diff. The gate judges the DROP from it, for the mean
-AND every case, and never passes when it could not judge."""
+line) so accepting new numbers is a reviewable diff. It keeps every sample of every case, so a later
+run is compared with the baseline's distribution, not one number. The gate judges the DROP from it,
+for the mean AND every case: a drop fails when it is larger than the tolerance AND unlikely to be the
+noise of repeated trials (`stats.drop_test`). It never passes when it could not judge."""
 
 from __future__ import annotations
 
@@ -8,21 +10,37 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from workbench.errors import WorkbenchError
+from workbench.evaluate import stats
 
-FORMAT = 1
+FORMAT = 2  # 1: one score per case; 2: epochs, and every sample of a case when there are several
 EPSILON = 1e-9  # float noise in means is not a regression
+PRECISION = 1e-6  # scores are kept to 6 places
 
 
 class CaseBaseline(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    score: float = Field(ge=0, le=1)
-    cost_micros: int | None = Field(default=None, ge=0)
+    score: float = Field(ge=0, le=1)  # the mean of the samples
+    samples: list[float] | None = Field(default=None, min_length=2)  # each sample's score; None: one sample
+    cost_micros: int | None = Field(default=None, ge=0)  # every sample's cost, added
+
+    @model_validator(mode="after")
+    def _samples_in_range(self) -> CaseBaseline:
+        for value in self.samples or []:
+            if not 0 <= value <= 1:
+                raise ValueError(f"sample {value} is outside [0, 1]")
+        if self.samples and abs(stats.mean(self.samples) - self.score) > PRECISION:
+            raise ValueError(f"score {self.score} is not the mean of its samples ({stats.mean(self.samples):.6f})")
+        return self
+
+    @property
+    def values(self) -> list[float]:
+        return self.samples or [self.score]
 
 
 class PromptRef(BaseModel):
@@ -34,16 +52,32 @@ class PromptRef(BaseModel):
 
 
 class Baseline(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    format: Literal[1]
+    format: Literal[2]
     suite: str
     prompt: PromptRef
     scorers: list[str]
     tolerance: float = Field(ge=0, lt=1)
+    epochs: int = Field(ge=1)
     mean: float = Field(ge=0, le=1)
     cost_micros: int | None = Field(default=None, ge=0)
     cases: dict[str, CaseBaseline] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _epochs_of_every_case(self) -> Baseline:
+        uneven = sorted(case_id for case_id, case in self.cases.items() if len(case.values) != self.epochs)
+        if uneven:
+            raise ValueError(f"cases {', '.join(uneven[:5])} do not have {self.epochs} samples (epochs)")
+        return self
+
+
+def upgrade_baseline(data: Any) -> Any:
+    """Any older shape of a baseline file, as the current one. Format 1 (before epochs): one score
+    per case, which is one sample."""
+    if isinstance(data, dict) and data.get("format") == 1:
+        data = {**data, "format": 2, "epochs": 1}
+    return data
 
 
 def read_baseline(path: Path, suite: str) -> Baseline:
@@ -54,7 +88,7 @@ def read_baseline(path: Path, suite: str) -> Baseline:
             f"record one: workbench eval {suite} --record-baseline, then commit {path.name}",
         )
     try:
-        baseline = Baseline.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        baseline = Baseline.model_validate(upgrade_baseline(json.loads(path.read_text(encoding="utf-8"))))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         detail = exc.errors()[0] if isinstance(exc, ValidationError) else None
         where = ".".join(str(part) for part in detail["loc"]) + f": {detail['msg']}" if detail else str(exc)
@@ -75,7 +109,8 @@ def read_baseline(path: Path, suite: str) -> Baseline:
 def dump_baseline(baseline: Baseline) -> str:
     """Stable text: header keys sorted, then one case a line, sorted by id."""
     data = baseline.model_dump(mode="json")
-    cases = data.pop("cases")
+    cases = {case_id: {key: value for key, value in case.items() if not (key == "samples" and value is None)}
+             for case_id, case in data.pop("cases").items()}
     lines = ["{"]
     for key in sorted(data):
         lines.append(f"  {json.dumps(key)}: {json.dumps(data[key], sort_keys=True)},")
@@ -97,22 +132,30 @@ def write_baseline(path: Path, baseline: Baseline) -> None:
 
 class CaseVerdict(BaseModel):
     case_id: str
-    score: float | None
+    score: float | None  # the mean of the samples; None: the case ended in an error
+    spread: float | None
+    samples: list[float]
     baseline: float | None
+    baseline_spread: float | None
+    baseline_samples: int
     delta: float | None
+    p_value: float | None  # the chance a drop this large is noise (one-sided Welch); None: no drop
     cost_micros: int | None
     baseline_cost_micros: int | None
-    failed: bool  # dropped by more than the tolerance
+    failed: bool  # dropped by more than the tolerance, beyond noise; or errored, when errors are failures
+    error: str | None = None
 
 
 class Verdict(BaseModel):
     suite: str
-    mean: float
+    mean: float | None
     baseline_mean: float
     tolerance: float
+    confidence: float
     cases: list[CaseVerdict]
     mean_failed: bool
-    cost_increase: float | None  # relative change of the cost per case; None: not comparable
+    mean_p_value: float | None
+    cost_increase: float | None  # relative change of the cost per sample; None: not comparable
     cost_failed: bool
 
     @property
@@ -121,17 +164,35 @@ class Verdict(BaseModel):
 
     @property
     def moved(self) -> list[CaseVerdict]:
-        return [case for case in self.cases if case.delta is not None and abs(case.delta) > EPSILON]
+        return [case for case in self.cases if case.error or (case.delta is not None and abs(case.delta) > EPSILON)]
+
+
+def _dropped(before: list[list[float]], after: list[list[float]], tolerance: float,
+             confidence: float) -> tuple[bool, float | None]:
+    """Whether the mean over these cases fell past the tolerance AND beyond noise, and the p-value
+    of the drop (None when it did not fall past the tolerance: nothing to test)."""
+    drop = stats.mean([stats.mean(values) for values in before]) - stats.mean([stats.mean(values) for values in after])
+    if drop <= tolerance + EPSILON:
+        return False, None
+    test = stats.drop_test(list(zip(before, after)))
+    return test.is_real(confidence), test.p_value
 
 
 def judge(
-    suite: str, scores: dict[str, float], costs: dict[str, int | None], baseline: Baseline,
-    tolerance: float, max_cost_increase: float | None = None,
+    suite: str, samples: dict[str, list[float]], costs: dict[str, int | None], baseline: Baseline,
+    tolerance: float, max_cost_increase: float | None = None, confidence: float = 0.95,
+    errors: dict[str, str] | None = None, epochs: int = 1,
 ) -> Verdict:
-    """Compare a run's case scores with the baseline. Cases must match the baseline's exactly: a new
-    or a missing case cannot be judged (WB_EVAL_BASELINE_INVALID, re-record to accept it)."""
-    new = sorted(set(scores) - set(baseline.cases))
-    gone = sorted(set(baseline.cases) - set(scores))
+    """Compare a run's case samples with the baseline's. `errors`: the cases that ended in an error
+    (never scored), judged as failed (for a suite whose errors are failures) and left out of the
+    mean on both sides. Cases
+    must match the baseline's exactly: a new or a missing case cannot be judged
+    (WB_EVAL_BASELINE_INVALID, re-record to accept it). `costs` are per case, over its `epochs`
+    samples."""
+    errors = errors or {}
+    ran = set(samples) | set(errors)
+    new = sorted(ran - set(baseline.cases))
+    gone = sorted(set(baseline.cases) - ran)
     if new or gone:
         parts = ([f"new cases not in the baseline: {', '.join(new)}"] if new else []) + (
             [f"baseline cases not in the suite: {', '.join(gone)}"] if gone else []
@@ -141,23 +202,44 @@ def judge(
             f"suite {suite}: the baseline does not cover the suite's cases ({'; '.join(parts)})",
             f"accept the new case list: workbench eval {suite} --record-baseline, and commit the baseline",
         )
-    mean = sum(scores.values()) / len(scores)
     cases = []
-    for case_id in sorted(scores):
+    for case_id in sorted(ran):
         recorded = baseline.cases[case_id]
-        delta = scores[case_id] - recorded.score
+        values = samples.get(case_id, [])
+        score = stats.mean(values) if values else None
+        failed, p_value = _dropped([recorded.values], [values], tolerance, confidence) if values else (True, None)
         cases.append(CaseVerdict(
-            case_id=case_id, score=scores[case_id], baseline=recorded.score, delta=delta,
-            cost_micros=costs.get(case_id), baseline_cost_micros=recorded.cost_micros,
-            failed=-delta > tolerance + EPSILON,
+            case_id=case_id, score=score, spread=stats.spread(values) if values else None, samples=values,
+            baseline=recorded.score, baseline_spread=stats.spread(recorded.values),
+            baseline_samples=len(recorded.values), delta=None if score is None else score - recorded.score,
+            p_value=p_value, cost_micros=costs.get(case_id), baseline_cost_micros=recorded.cost_micros,
+            failed=failed, error=errors.get(case_id),
         ))
-    cost_increase = None
-    now = [costs.get(case_id) for case_id in scores]
-    then = [baseline.cases[case_id].cost_micros for case_id in scores]
-    if all(value is not None for value in now + then) and sum(then) > 0:
-        cost_increase = (sum(now) - sum(then)) / sum(then)
+    judged = sorted(samples)
+    mean = stats.mean([stats.mean(samples[case_id]) for case_id in judged]) if judged else None
+    # the baseline's own mean when every case was judged (as before epochs); else over the same cases
+    baseline_mean = baseline.mean if not errors else (
+        stats.mean([baseline.cases[case_id].score for case_id in judged]) if judged else baseline.mean)
+    mean_failed, mean_p_value = False, None
+    if judged:
+        mean_failed, mean_p_value = _dropped([baseline.cases[case_id].values for case_id in judged],
+                                             [samples[case_id] for case_id in judged], tolerance, confidence)
+        mean_failed = mean_failed and baseline_mean - mean > tolerance + EPSILON
+    cost_increase = cost_change(costs, epochs, baseline)
     cost_failed = max_cost_increase is not None and (cost_increase is None or cost_increase > max_cost_increase + EPSILON)
     return Verdict(
-        suite=suite, mean=mean, baseline_mean=baseline.mean, tolerance=tolerance, cases=cases,
-        mean_failed=baseline.mean - mean > tolerance + EPSILON, cost_increase=cost_increase, cost_failed=cost_failed,
+        suite=suite, mean=mean, baseline_mean=baseline_mean, tolerance=tolerance, confidence=confidence,
+        cases=cases, mean_failed=mean_failed, mean_p_value=mean_p_value, cost_increase=cost_increase,
+        cost_failed=cost_failed,
     )
+
+
+def cost_change(costs: dict[str, int | None], epochs: int, baseline: Baseline) -> float | None:
+    """The relative change of the cost per sample (one run of one case) against the baseline's:
+    like with like whatever the epochs of either. None: not comparable (an unpriced call, no cost)."""
+    now = [costs.get(case_id) for case_id in costs]
+    then = [baseline.cases[case_id].cost_micros for case_id in costs]
+    if any(value is None for value in now + then) or not sum(then):
+        return None
+    # exact integers until this one division: cost now x samples then vs cost then x samples now
+    return (sum(now) * baseline.epochs - sum(then) * epochs) / (sum(then) * epochs)

@@ -1,5 +1,5 @@
-"""`workbench check`: every prompt named by an eval, no released prompt changed, every baseline
-valid, every cassette clean. Returns every problem, not just the first."""
+"""`workbench check`: every prompt named by an eval, no released prompt changed, every suite with
+cases and a valid baseline, every cassette clean. Returns every problem, not just the first."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from workbench.errors import WorkbenchError
 from workbench.evaluate.baseline import read_baseline
 from workbench.evaluate.prompts import check_lock, prompts
-from workbench.evaluate.suite import load_suites
+from workbench.evaluate.suite import load_suites, require_cases
 from workbench.replay.check import cassette_files, check as check_cassettes
 
 
@@ -34,10 +34,11 @@ def check_project(evals_dir: Path, lock_path: Path, cassettes_dir: Path) -> list
             ))
     problems += check_lock(prompts.all(), lock_path)
     for suite in suites.values():
-        try:
-            read_baseline(suite.baseline_path, suite.name)
-        except WorkbenchError as exc:
-            problems.append(exc)
+        for check in (require_cases, lambda suite: read_baseline(suite.baseline_path, suite.name)):
+            try:
+                check(suite)
+            except WorkbenchError as exc:
+                problems.append(exc)
     if cassettes_dir.exists():
         for report in check_cassettes(cassettes_dir):
             if report.error is not None:

@@ -1,5 +1,6 @@
 """Reports of an eval: a rich console table, JUnit XML, Markdown (fits `$GITHUB_STEP_SUMMARY`) and
-JSON. They hold no times and no random ids, so replaying a suite twice gives the same bytes."""
+JSON. Each shows, per case, its samples, their mean and spread, and the verdict. They hold no times
+and no random ids, so replaying a suite twice gives the same bytes."""
 
 from __future__ import annotations
 
@@ -10,9 +11,26 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from workbench.evaluate import stats
 from workbench.evaluate.gate import Outcome
 from workbench.evaluate.scorers import as_text
 from workbench.money import format_amount, format_exact
+
+STATUS_TEXT = {"pass": "pass", "regression": "regression", "recorded": "recorded", "error": "no verdict"}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def _scores(result) -> dict:
+    """Each scorer's value, averaged over the samples that were scored (a label: the first one's)."""
+    scored = [sample for sample in result.samples if sample.error is None]
+    out = {}
+    for name, first in (scored[0].scores.items() if scored else ()):
+        values = [sample.scores[name].value for sample in scored]
+        out[name] = first.label if first.value is None else _round(stats.mean(values))
+    return out
 
 
 def _rows(outcome: Outcome) -> list[dict]:
@@ -20,16 +38,26 @@ def _rows(outcome: Outcome) -> list[dict]:
     rows = []
     for result in outcome.eval_run.results:
         verdict = verdicts.get(result.case_id)
-        status = "error" if result.error else ("recorded" if verdict is None else ("fail" if verdict.failed else "pass"))
+        if result.error is not None and not (verdict and verdict.failed):
+            status = "error"
+        elif verdict is None:
+            status = "recorded" if outcome.recorded else "not judged"
+        else:
+            status = "fail" if verdict.failed else "pass"
+        scored = next((sample for sample in result.samples if sample.error is None), result.samples[0])
         rows.append({
             "case": result.case_id,
-            "score": round(result.score, 6),
+            "score": result.score,
+            "spread": _round(result.spread),
+            "samples": [sample.score for sample in result.samples],
             "baseline": None if verdict is None else verdict.baseline,
-            "delta": None if verdict is None else round(verdict.delta, 6),
+            "baseline_spread": None if verdict is None else _round(verdict.baseline_spread),
+            "delta": None if verdict is None or verdict.delta is None else round(verdict.delta, 6),
+            "p_value": None if verdict is None else _round(verdict.p_value),
             "cost_micros": result.cost_micros,
             "status": status,
-            "scores": {name: score.value if score.value is not None else score.label for name, score in result.scores.items()},
-            "explanations": {name: score.explanation for name, score in result.scores.items() if score.explanation},
+            "scores": _scores(result),
+            "explanations": {name: score.explanation for name, score in scored.scores.items() if score.explanation},
             "output": None if result.output is None else as_text(result.output)[:500],
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
         })
@@ -42,21 +70,27 @@ def summary(outcome: Outcome) -> dict:
     return {
         "suite": run.suite.name,
         "prompt": {"id": prompt.id, "version": prompt.version, "hash": prompt.hash},
+        "model": run.model,
         "mode": run.mode,
-        "verdict": "recorded" if verdict is None else ("pass" if outcome.error is None else "regression"),
+        "verdict": outcome.status,
         "error": None if outcome.error is None else {"code": outcome.error.code, "cause": outcome.error.cause, "fix": outcome.error.fix},
-        "mean": round(run.mean, 6),
-        "baseline_mean": None if verdict is None else verdict.baseline_mean,
+        "epochs": run.epochs,
+        "mean": run.mean,
+        "spread": _round(run.spread),
+        "baseline_mean": None if verdict is None else _round(verdict.baseline_mean),
+        "mean_p_value": None if verdict is None else _round(verdict.mean_p_value),
         "tolerance": run.suite.tolerance,
+        "confidence": verdict.confidence if verdict is not None else run.suite.confidence,
         "cost_micros": run.cost_micros,
         "judge_cost_micros": run.judge_cost_micros,
         "cost_increase": None if verdict is None or verdict.cost_increase is None else round(verdict.cost_increase, 6),
+        "errored_cases": len(run.errored),
         "cases": _rows(outcome),
     }
 
 
 def to_json(outcomes: list[Outcome]) -> str:
-    return json.dumps({"format": 1, "suites": [summary(outcome) for outcome in outcomes]}, indent=2, sort_keys=True) + "\n"
+    return json.dumps({"format": 2, "suites": [summary(outcome) for outcome in outcomes]}, indent=2, sort_keys=True) + "\n"
 
 
 def to_junit(outcomes: list[Outcome]) -> str:
@@ -64,24 +98,29 @@ def to_junit(outcomes: list[Outcome]) -> str:
     for outcome in outcomes:
         data = summary(outcome)
         rows = data["cases"]
+        mean_failed = outcome.verdict is not None and outcome.verdict.mean_failed
         suite = ElementTree.SubElement(
             root, "testsuite", name=data["suite"], tests=str(len(rows) + 1),
-            failures=str(sum(row["status"] == "fail" for row in rows) + (outcome.error is not None and outcome.verdict is not None and outcome.verdict.mean_failed)),
-            errors=str(sum(row["status"] == "error" for row in rows)),
+            failures=str(sum(row["status"] == "fail" for row in rows) + (outcome.exit_code == 1 and mean_failed)),
+            errors=str(sum(row["status"] == "error" for row in rows) + (outcome.status == "error")),
         )
         mean = ElementTree.SubElement(suite, "testcase", classname=data["suite"], name="mean")
         if outcome.error is not None:
-            failure = ElementTree.SubElement(mean, "failure", type=outcome.error.code, message=outcome.error.cause)
-            failure.text = f"{outcome.error.cause}\nfix: {outcome.error.fix}"
+            kind = "error" if outcome.status == "error" else "failure"
+            element = ElementTree.SubElement(mean, kind, type=outcome.error.code, message=outcome.error.cause)
+            element.text = f"{outcome.error.cause}\nfix: {outcome.error.fix}"
         for row in rows:
             case = ElementTree.SubElement(suite, "testcase", classname=data["suite"], name=row["case"])
-            text = json.dumps({"score": row["score"], "baseline": row["baseline"], "scores": row["scores"],
+            text = json.dumps({"score": row["score"], "spread": row["spread"], "samples": row["samples"],
+                               "baseline": row["baseline"], "p_value": row["p_value"], "scores": row["scores"],
                                "explanations": row["explanations"]}, sort_keys=True)
             if row["status"] == "fail":
                 ElementTree.SubElement(case, "failure", type="WB_EVAL_THRESHOLD",
                                        message=f"{row['case']}: {row['baseline']} → {row['score']}").text = text
             elif row["status"] == "error":
-                ElementTree.SubElement(case, "failure", type="case_error", message=row["error"] or "").text = text
+                ElementTree.SubElement(case, "error", type="WB_EVAL_CASE_ERROR", message=row["error"] or "").text = text
+            else:  # a passing case shows its samples too
+                ElementTree.SubElement(case, "system-out").text = text
     ElementTree.indent(root)
     return ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
@@ -90,32 +129,49 @@ def _fmt(value) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
+def _spread(value) -> str:
+    return "" if value is None else f"±{value:.2f}"
+
+
+def _samples(values: list) -> str:
+    return " ".join("err" if value is None else f"{value:.2f}" for value in values)
+
+
+def _mean_line(data: dict) -> str:
+    mean = "no score" if data["mean"] is None else f"{data['mean']:.4f}" + (
+        f" ±{data['spread']:.4f}" if data["spread"] is not None else "")
+    return mean
+
+
 def to_markdown(outcomes: list[Outcome]) -> str:
     lines = ["# Workbench eval", ""]
     for outcome in outcomes:
         data = summary(outcome)
-        icon = {"pass": "✅", "regression": "❌", "recorded": "📝"}[data["verdict"]]
+        icon = {"pass": "✅", "regression": "❌", "recorded": "📝", "error": "⚠️"}[data["verdict"]]
+        sampled = data["epochs"] > 1
         lines += [
-            f"## {icon} {data['suite']} — {data['verdict']}",
+            f"## {icon} {data['suite']} — {STATUS_TEXT[data['verdict']]}",
             "",
             f"Prompt `{data['prompt']['id']}@{data['prompt']['version']}` (`{data['prompt']['hash'][:20]}…`), "
-            f"mode {data['mode']}. Mean **{data['mean']:.4f}** (baseline {_fmt(data['baseline_mean'])}, "
+            f"model `{data['model']}`, mode {data['mode']}"
+            + (f", {data['epochs']} samples a case (confidence {data['confidence']})" if sampled else "")
+            + f". Mean **{_mean_line(data)}** (baseline {_fmt(data['baseline_mean'])}, "
             f"tolerance {data['tolerance']}). Cost {format_amount(data['cost_micros'])}"
             + (f" (judges {format_amount(data['judge_cost_micros'])})" if data["judge_cost_micros"] else "") + ".",
             "",
         ]
         if outcome.error is not None:
             lines += [f"> **{outcome.error.code}**: {outcome.error.cause}", ">", f"> fix: {outcome.error.fix}", ""]
-        moved = [row for row in data["cases"] if row["delta"] not in (None, 0)]
+        moved = [row for row in data["cases"] if row["delta"] not in (None, 0) or row["status"] in ("error", "fail")]
         shown = moved if data["verdict"] != "recorded" else data["cases"]
         if shown:
-            lines += ["| case | score | baseline | Δ | cost | status |", "|---|---|---|---|---|---|"]
+            head = ["case"] + (["samples", "mean", "±"] if sampled else ["score"]) + ["baseline", "Δ", "cost", "status"]
+            lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for row in shown:
                 delta = "—" if row["delta"] is None else f"{row['delta']:+.2f}"
-                lines.append(
-                    f"| {row['case']} | {row['score']:.2f} | {_fmt(row['baseline'])} | {delta} | "
-                    f"{format_exact(row['cost_micros'])} | {row['status']} |"
-                )
+                scores = [_samples(row["samples"]), _fmt(row["score"]), _spread(row["spread"])] if sampled else [_fmt(row["score"])]
+                lines.append("| " + " | ".join([row["case"], *scores, _fmt(row["baseline"]), delta,
+                                                format_exact(row["cost_micros"]), row["status"]]) + " |")
             lines.append("")
         else:
             lines += [f"All {len(data['cases'])} cases scored as in the baseline.", ""]
@@ -128,16 +184,20 @@ CONSOLE_ALL_CASES = 50  # up to this many cases the console lists every one
 def print_console(outcomes: list[Outcome], console: Console) -> None:
     for outcome in outcomes:
         data = summary(outcome)
-        table = Table(title=f"{data['suite']} — {data['prompt']['id']}@{data['prompt']['version']} ({data['mode']})")
-        for name in ("case", "score", "baseline", "Δ", "cost", "status"):
-            table.add_column(name, justify="left" if name in {"case", "status"} else "right")
+        sampled = data["epochs"] > 1
+        table = Table(title=f"{data['suite']} — {data['prompt']['id']}@{data['prompt']['version']} ({data['mode']}"
+                            + (f", {data['epochs']} samples a case" if sampled else "") + ")")
+        names = ["case"] + (["samples", "mean", "±"] if sampled else ["score"]) + ["baseline", "Δ", "cost", "status"]
+        for name in names:
+            table.add_column(name, justify="left" if name in {"case", "status", "samples"} else "right")
         rows = data["cases"]
-        if len(rows) > CONSOLE_ALL_CASES:  # a long suite: the cases that moved or failed, then a count
+        if len(rows) > CONSOLE_ALL_CASES:  # a long suite: the cases that moved, failed or errored, then a count
             rows = [row for row in rows if row["status"] in ("fail", "error") or row["delta"] not in (None, 0)]
         for row in rows:
             style = {"fail": "red", "error": "red", "pass": "green"}.get(row["status"], "")
+            scores = [_samples(row["samples"]), _fmt(row["score"]), _spread(row["spread"])] if sampled else [_fmt(row["score"])]
             table.add_row(
-                row["case"], f"{row['score']:.2f}", _fmt(row["baseline"]),
+                Text(row["case"]), *scores, _fmt(row["baseline"]),
                 "" if row["delta"] is None else f"{row['delta']:+.2f}", format_exact(row["cost_micros"]),
                 Text(row["status"], style=style),
             )
@@ -148,6 +208,6 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
             console.print(f"{len(data['cases']) - len(rows)} of {len(data['cases'])} cases {what} "
                           f"(not listed; every case is in --json and --junit)")
         console.print(Text.assemble(
-            f"mean {data['mean']:.4f}" + (f" vs baseline {data['baseline_mean']:.4f}" if data["baseline_mean"] is not None else "")
-            + f", cost {format_amount(data['cost_micros'])}, verdict ", (data["verdict"], "bold"),
+            f"mean {_mean_line(data)}" + (f" vs baseline {data['baseline_mean']:.4f}" if data["baseline_mean"] is not None else "")
+            + f", cost {format_amount(data['cost_micros'])}, verdict ", (STATUS_TEXT[data["verdict"]], "bold"),
         ))

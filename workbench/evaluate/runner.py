@@ -1,6 +1,11 @@
-"""The runner: every case of a suite, concurrently (bounded), each in a run of kind `eval_case`
-linked to its calls; judges in runs of their own; results into `eval_runs` / `eval_results`.
-Replay by default: a case that misses its cassette stops the suite with WB_REPLAY_MISS itself."""
+"""The runner: every case of a suite, concurrently (bounded), each sample (epoch) of a case in a run
+of kind `eval_case` linked to its calls; judges in runs of their own; results into `eval_runs`,
+`eval_results` and `eval_samples`. A case's epochs run one after another, so the N recordings of an
+identical request replay in the order they were recorded. Replay by default: a case that misses
+its cassette stops the suite with WB_REPLAY_MISS itself.
+
+Whatever a target or a scorer raises (an exception, `sys.exit()`, any BaseException but an
+interrupt) ends that sample in an error: the case is never scored, never 0."""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ import inspect
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -22,17 +29,21 @@ from workbench.ids import new_id
 from workbench.capture import clock, recorder, run
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
+from workbench.evaluate import stats
 from workbench.evaluate.prompts import Prompt, prompts
 from workbench.evaluate.scorers import Score, ScoreContext, as_text
-from workbench.evaluate.suite import Case, Suite
+from workbench.evaluate.suite import Case, Suite, check_epochs
 from workbench.replay.clients import AsyncReplayTransport, async_http_client, http_client
 from workbench.replay.session import Cassette
 
-# errors that are the model's answer being wrong (the case scores 0), not a failure to judge
-CASE_FAILURES = {
-    "WB_LLM_OUTPUT_INVALID", "WB_LLM_TRUNCATED", "WB_LLM_REFUSED", "WB_AGENT_MAX_TURNS", "WB_AGENT_TOOL_LOOP",
-    "WB_AGENT_DEADLINE", "WB_AGENT_CONTEXT_EXHAUSTED", "WB_BUDGET_EXCEEDED",
-}
+# the network requests the current sample made (a replayed request never reaches the network)
+_live_requests: ContextVar[list[int] | None] = ContextVar("workbench_eval_live_requests", default=None)
+
+
+def _count_live() -> None:
+    counter = _live_requests.get()
+    if counter is not None:
+        counter[0] += 1
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,7 @@ class _LazyTransport(httpx2.BaseTransport):
         with self._lock:
             if self._inner is None:
                 self._inner = self._make()
+        _count_live()
         return self._inner.handle_request(request)
 
     def close(self) -> None:
@@ -76,6 +88,7 @@ class _LazyAsyncTransport(httpx2.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if self._inner is None:
             self._inner = self._make()
+        _count_live()
         return await self._inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -85,13 +98,16 @@ class _LazyAsyncTransport(httpx2.AsyncBaseTransport):
 
 @dataclass
 class EvalContext:
-    """What a suite's target gets besides the case's vars: clients bound to the suite's cassette."""
+    """What a suite's target gets besides the case's vars: clients bound to the suite's cassette,
+    the model of the run (a `workbench eval compare` cell may name another) and the epoch (1..N)."""
 
     suite: Suite
     prompt: Prompt
     case: Case
     cassette: Cassette | None
     network: Network = field(default_factory=Network)
+    model: str | None = None
+    epoch: int = 1
 
     def http_client(self, **kwargs) -> httpx2.Client:
         """An httpx2 client for the `openai` / `anthropic` SDKs: recorded, replayed from the cassette."""
@@ -107,19 +123,83 @@ class EvalContext:
 
 
 @dataclass
-class CaseResult:
-    case_id: str
+class Sample:
+    """One run of one case (one epoch)."""
+
+    epoch: int
     output: Any
     scores: dict[str, Score]
     cost_micros: int | None  # None: a call was unpriced
     run_id: str
+    latency_ms: float  # the target's wall time
+    live: bool  # a request went to the network (not replayed): the latency is the provider's
     error: WorkbenchError | None = None
+    error_stage: str | None = None  # "target" or "scorer"
 
     @property
-    def score(self) -> float:
-        """The mean of the gated scores, to 6 places: the precision baselines keep."""
+    def score(self) -> float | None:
+        """The mean of the gated scores, to 6 places (the precision baselines keep); None when the
+        sample ended in an error."""
+        if self.error is not None:
+            return None
         gated = [score.value for score in self.scores.values() if score.value is not None]
-        return round(sum(gated) / len(gated), 6) if gated else 0.0
+        return round(sum(gated) / len(gated), 6)
+
+
+@dataclass
+class CaseResult:
+    case_id: str
+    samples: list[Sample]
+
+    @property
+    def errored(self) -> list[Sample]:
+        return [sample for sample in self.samples if sample.error is not None]
+
+    @property
+    def error(self) -> WorkbenchError | None:
+        """The first error of the case's samples: an errored case has no score."""
+        errored = self.errored
+        return errored[0].error if errored else None
+
+    @property
+    def target_failed(self) -> bool:
+        """Every error of the case is its target's (what `errors_are_failures` turns into a failure)."""
+        return bool(self.errored) and all(sample.error_stage == "target" for sample in self.errored)
+
+    @property
+    def values(self) -> list[float]:
+        """Every sample's score, in epoch order (empty when the case errored)."""
+        return [] if self.errored else [sample.score for sample in self.samples]
+
+    @property
+    def score(self) -> float | None:
+        """The mean of the samples, to 6 places; None: the case ended in an error, so no score."""
+        values = self.values
+        return round(stats.mean(values), 6) if values else None
+
+    @property
+    def spread(self) -> float | None:
+        """The standard deviation of the samples (None with one sample or an error)."""
+        values = self.values
+        return None if not values else stats.spread(values)
+
+    @property
+    def output(self) -> Any:
+        return self.samples[0].output
+
+    @property
+    def scores(self) -> dict[str, Score]:
+        return self.samples[0].scores
+
+    @property
+    def run_id(self) -> str:
+        return self.samples[0].run_id
+
+    @property
+    def cost_micros(self) -> int | None:
+        """Every sample's bill, added (None: a call was unpriced)."""
+        costs = [sample.cost_micros for sample in self.samples]
+        return None if any(cost is None for cost in costs) else sum(costs)
 
 
 @dataclass
@@ -133,10 +213,33 @@ class EvalRun:
     git_commit: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    epochs: int = 1
+    model_name: str | None = None  # the model the run asked for, when not the prompt's
+    matrix_id: str | None = None  # the `workbench eval compare` this run is a cell of
+    matrix_reference: bool = False  # the cell the others were compared with
 
     @property
-    def mean(self) -> float:
-        return round(sum(result.score for result in self.results) / len(self.results), 6) if self.results else 0.0
+    def judged(self) -> list[CaseResult]:
+        return [result for result in self.results if result.score is not None]
+
+    @property
+    def errored(self) -> list[CaseResult]:
+        return [result for result in self.results if result.score is None]
+
+    @property
+    def mean(self) -> float | None:
+        """The mean of the judged cases' scores; None when no case could be judged."""
+        judged = self.judged
+        return round(stats.mean([result.score for result in judged]), 6) if judged else None
+
+    @property
+    def spread(self) -> float | None:
+        """How far the suite's mean moves from one epoch to the next: the standard deviation of the
+        per-epoch means of the judged cases (None with one epoch)."""
+        judged = self.judged
+        if not judged or self.epochs < 2:
+            return None
+        return stats.spread([stats.mean([result.values[epoch] for result in judged]) for epoch in range(self.epochs)])
 
     @property
     def cost_micros(self) -> int | None:
@@ -145,7 +248,7 @@ class EvalRun:
 
     @property
     def model(self) -> str | None:
-        return self.prompt.model
+        return self.model_name or self.prompt.model
 
     def __repr__(self) -> str:
         # short: asyncio formats the finished task's result on the way out of `asyncio.run` (a
@@ -210,16 +313,16 @@ class _RuntimeAnswerer:
     """The cases' prompt through the runtime: ONE gateway for the whole suite run, on the runner's
     event loop (not a gateway, a thread and an event loop per case)."""
 
-    def __init__(self, suite: Suite, prompt: Prompt, transport) -> None:
+    def __init__(self, suite: Suite, prompt: Prompt, transport, model: str | None = None) -> None:
         from workbench.runtime.gateway import Gateway
 
-        self.prompt = prompt
+        self.prompt, self.model = prompt, model
         self.gateway = Gateway(suite_providers(suite, transport), default_model=prompt.model)
 
     async def __call__(self, variables: dict):
         from workbench.runtime.llm import llm_async
 
-        return await llm_async(self.gateway, self.prompt, variables, output=self.prompt.output_type,
+        return await llm_async(self.gateway, self.prompt, variables, output=self.prompt.output_type, model=self.model,
                                prompt_cache="auto")
 
     async def close(self) -> None:
@@ -242,27 +345,35 @@ def suite_providers(suite: Suite, transport) -> list:
 
 async def run_suite(
     suite: Suite, mode: RecordMode | None = None, prompt_version: str | None = None, progress=None,
-    network: Network | None = None,
+    network: Network | None = None, epochs: int | None = None, model: str | None = None,
+    matrix_id: str | None = None,
 ) -> EvalRun:
+    """Every case of `suite`, `epochs` times each (default: the suite's). `model` runs the prompt on
+    another model than its own (a target reads it as `ctx.model`)."""
     mode = mode or settings().record_mode
+    epochs = check_epochs(epochs if epochs is not None else suite.epochs, "--epochs")
     prompt = suite.prompt if prompt_version is None else prompts.get(suite.prompt.id, prompt_version)
     cassette = None if mode == "live" else Cassette(suite.cassette_path, mode)
     judge_cassette = None
     if suite.judge is not None and mode != "live":
         judge_cassette = Cassette(suite.judge_cassette_path, mode)
     eval_run = EvalRun(new_id(), suite, prompt, mode, git_commit=git_commit(suite.file.parent),
-                       started_at=clock.now())
+                       started_at=clock.now(), epochs=epochs,
+                       model_name=model if model not in (None, prompt.model) else None, matrix_id=matrix_id)
     network = network or Network()
     judge = _Judge(suite, judge_cassette, eval_run, network) if suite.judge is not None else None
     limit = asyncio.Semaphore(max(1, suite.concurrency))
-    answer = _RuntimeAnswerer(suite, prompt, network.transport(cassette)) if suite.target is None else None
+    answer = _RuntimeAnswerer(suite, prompt, network.transport(cassette), model) if suite.target is None else None
 
     async def one(case: Case) -> CaseResult:
         async with limit:
-            result = await _run_case(suite, prompt, case, cassette, judge, network, answer)
+            samples = []
+            for epoch in range(1, epochs + 1):  # in order: the Nth identical request replays the Nth answer
+                context = EvalContext(suite, prompt, case, cassette, network, eval_run.model, epoch)
+                samples.append(await _run_sample(context, judge, answer, epochs))
             if progress is not None:
                 progress()
-            return result
+            return CaseResult(case.id, samples)
 
     try:
         results = await asyncio.gather(*(one(case) for case in suite.cases), return_exceptions=True)
@@ -275,6 +386,8 @@ async def run_suite(
     for used in (cassette, judge_cassette):
         if used is not None and used.misses:
             raise used.misses[0]
+        if used is not None and epochs > 1 and mode == "replay" and used.index.repeated:
+            raise _too_few_samples(suite, used, epochs)
     for result in results:
         if isinstance(result, BaseException):
             raise result
@@ -283,62 +396,112 @@ async def run_suite(
     return eval_run
 
 
-async def _run_case(
-    suite: Suite, prompt: Prompt, case: Case, cassette: Cassette | None, judge, network: Network, answer=None
-) -> CaseResult:
-    context = EvalContext(suite, prompt, case, cassette, network)
-    error = None
-    with run(f"eval:{suite.name}:{case.id}", kind="eval_case", prompt=prompt.ref, suite=suite.name, case=case.id,
-             vars=json.dumps(case.vars, sort_keys=True, ensure_ascii=False, default=str)) as case_run:
-        try:
+def _too_few_samples(suite: Suite, cassette: Cassette, epochs: int) -> WorkbenchError:
+    """Replaying N epochs needs N recordings of each identical request: replaying one answer N times
+    would report a spread of zero that was never measured."""
+    return WorkbenchError(
+        "WB_REPLAY_MISS",
+        f"{cassette.path} holds fewer recorded answers than the {epochs} epochs of suite {suite.name} ask for: "
+        f"{cassette.index.repeated} requests would have replayed an answer already used",
+        f"record the missing samples: workbench eval {suite.name} --epochs {epochs} --mode record, "
+        f"then commit {cassette.path.name}",
+    )
+
+
+_INTERRUPTS = (KeyboardInterrupt, asyncio.CancelledError)  # the user or the loop stopping us: not a case's error
+
+
+def _case_error(exc: BaseException, what: str, fix: str) -> WorkbenchError:
+    """What a target or a scorer raised, as the sample's error (a WorkbenchError keeps its code)."""
+    if isinstance(exc, WorkbenchError):
+        return WorkbenchError(exc.code, exc.cause if what in exc.cause else f"{what}: {exc.cause}", exc.fix)
+    raised = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"raised {type(exc).__name__}: {exc}"
+    return WorkbenchError("WB_EVAL_CASE_ERROR", f"{what} {raised}"[:500], fix)
+
+
+async def _run_sample(context: EvalContext, judge, answer, epochs: int) -> Sample:
+    suite, case = context.suite, context.case
+    error, stage, output = None, None, None
+    live = [0]
+    token = _live_requests.set(live)
+    tags = {"epoch": str(context.epoch)} if epochs > 1 else {}
+    case_run = None
+    started = time.perf_counter()
+    try:
+        # the exception passes through the case's run, so the run is stored as failed with it
+        with run(f"eval:{suite.name}:{case.id}", kind="eval_case", prompt=context.prompt.ref, suite=suite.name,
+                 case=case.id, vars=json.dumps(case.vars, sort_keys=True, ensure_ascii=False, default=str),
+                 **tags) as case_run:
             if suite.target is not None:
                 output = await _call(suite.target, case.vars, context)
             else:
                 output = await answer(case.vars)
-        except WorkbenchError as exc:
-            if exc.code not in CASE_FAILURES:
-                raise
-            output, error = None, exc
+    except _INTERRUPTS:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - sys.exit() in a target is an error, never a pass
+        error, stage = _case_error(exc, "the target", f"fix the target (or the app it calls) for case {case.id}"), "target"
+    finally:
+        _live_requests.reset(token)
+    latency_ms = (time.perf_counter() - started) * 1000
     scores: dict[str, Score] = {}
-    for scorer in suite.scorers:
-        if error is not None:
-            scores[scorer.name] = Score(0.0, f"{error.code}: {error.cause}"[:200], assertion=True)
-            continue
+    if error is None:
         score_context = ScoreContext(case.id, case.vars, output, case.expected, case.metadata, case_run.calls, judge)
-        scores[scorer.name] = scorer(score_context) if scorer.inline else await _call(scorer, score_context)
+        for scorer in suite.scorers:
+            try:
+                scores[scorer.name] = scorer(score_context) if scorer.inline else await _call(scorer, score_context)
+            except _INTERRUPTS:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a broken scorer leaves the case unjudged
+                error, stage = _case_error(exc, f"scorer {scorer.name}", f"fix scorer {scorer.name}"), "scorer"
+                break
+        if error is None and all(score.value is None for score in scores.values()):
+            error, stage = WorkbenchError(
+                "WB_EVAL_CASE_ERROR", f"no scorer gave case {case.id} a score (only labels: "
+                f"{', '.join(sorted(scores))})", "add a scorer that returns a bool or a number in [0, 1]",
+            ), "scorer"
     billed = case_run.billed
     cost = billed.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
-    return CaseResult(case.id, output, scores, cost, case_run.run_id, error)
+    return Sample(context.epoch, output, scores, cost, case_run.run_id, latency_ms, live[0] > 0, error, stage)
 
 
-def store_eval_run(eval_run: EvalRun, verdict: str, baseline=None, error_code: str | None = None) -> None:
-    """Spool the eval run and its results (fail-open, like every recording)."""
+def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str | None = None) -> None:
+    """Spool the eval run, its cases and every sample (fail-open, like every recording). `status`:
+    pass, regression, error (no verdict), recorded (a baseline was written) or compared (a cell of
+    `workbench eval compare`); `verdict`: the gate's, when it judged."""
     spool = recorder().spool
-    baseline_cases = baseline.cases if baseline is not None else {}
+    judged = {case.case_id: case for case in verdict.cases} if verdict is not None else {}
     spool.append("eval_run", {
         "eval_run_id": eval_run.eval_run_id, "suite": eval_run.suite.name, "prompt_id": eval_run.prompt.id,
         "prompt_version": eval_run.prompt.version, "prompt_hash": eval_run.prompt.hash, "model": eval_run.model,
         "mode": eval_run.mode, "git_commit": eval_run.git_commit,
         "started_at": eval_run.started_at.isoformat() if eval_run.started_at else None,
         "ended_at": eval_run.ended_at.isoformat() if eval_run.ended_at else None,
-        "mean_score": eval_run.mean, "baseline_mean": baseline.mean if baseline is not None else None,
-        "tolerance": eval_run.suite.tolerance, "verdict": verdict, "error_code": error_code,
-        "cases": len(eval_run.results),
-        "failed_cases": sum(
-            1 for result in eval_run.results
-            if result.case_id in baseline_cases and baseline_cases[result.case_id].score - result.score > eval_run.suite.tolerance
-        ),
-        "cost_micros": eval_run.cost_micros,
+        "mean_score": eval_run.mean, "baseline_mean": verdict.baseline_mean if verdict is not None else None,
+        "tolerance": eval_run.suite.tolerance, "verdict": status, "error_code": error_code,
+        "cases": len(eval_run.results), "failed_cases": sum(case.failed for case in judged.values()),
+        "cost_micros": eval_run.cost_micros, "epochs": eval_run.epochs, "spread": eval_run.spread,
+        "confidence": verdict.confidence if verdict is not None else eval_run.suite.confidence,
+        "errored_cases": len(eval_run.errored), "matrix_id": eval_run.matrix_id,
+        "matrix_reference": eval_run.matrix_reference if eval_run.matrix_id else None,
     })
     for result in eval_run.results:
-        recorded = baseline_cases.get(result.case_id)
+        case = judged.get(result.case_id)
         spool.append("eval_result", {
             "eval_run_id": eval_run.eval_run_id, "case_id": result.case_id, "run_id": result.run_id,
-            "score": result.score, "baseline_score": recorded.score if recorded else None,
-            "delta": result.score - recorded.score if recorded else None,
-            "passed": recorded is None or recorded.score - result.score <= eval_run.suite.tolerance,
-            "cost_micros": result.cost_micros, "baseline_cost_micros": recorded.cost_micros if recorded else None,
+            "score": result.score, "baseline_score": case.baseline if case else None,
+            "delta": case.delta if case else None, "passed": None if case is None else not case.failed,
+            "cost_micros": result.cost_micros, "baseline_cost_micros": case.baseline_cost_micros if case else None,
             "output": as_text(result.output)[:4000] if result.output is not None else None,
             "scores": json.dumps({name: score.value for name, score in result.scores.items()}),
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
+            "samples": len(result.samples), "spread": result.spread, "p_value": case.p_value if case else None,
         })
+        for sample in result.samples:
+            spool.append("eval_sample", {
+                "eval_run_id": eval_run.eval_run_id, "case_id": result.case_id, "epoch": sample.epoch,
+                "run_id": sample.run_id, "score": sample.score, "cost_micros": sample.cost_micros,
+                "latency_ms": sample.latency_ms, "live": sample.live,
+                "output": as_text(sample.output)[:4000] if sample.output is not None else None,
+                "scores": json.dumps({name: score.value for name, score in sample.scores.items()}),
+                "error": f"{sample.error.code}: {sample.error.cause}" if sample.error else None,
+            })

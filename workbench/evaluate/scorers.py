@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
-
 
 from workbench.errors import WorkbenchError
 
@@ -26,12 +26,26 @@ class ScoreContext:
     judge: Any = None  # the suite's judge runner, for llm_judge
 
 
-@dataclass
+@dataclass(frozen=True)
 class Score:
+    """A score is checked where it is made: a value that is not a number in [0, 1] (NaN, 5, "high")
+    is WB_EVAL_SCORE_INVALID, so no gate ever averages it; frozen, so it stays checked."""
+
     value: float | None  # None: a label, reported only
     explanation: str = ""
     label: str | None = None
     assertion: bool = False
+
+    def __post_init__(self) -> None:
+        if self.value is None:
+            return
+        number = isinstance(self.value, (int, float)) and math.isfinite(self.value)
+        if not number or not 0 <= self.value <= 1:
+            raise WorkbenchError(
+                "WB_EVAL_SCORE_INVALID", f"a score of {self.value!r} is not a number in [0, 1]",
+                "make the scorer (or the judge's prompt) give a number between 0 and 1, a bool, or a label string",
+            )
+        object.__setattr__(self, "value", float(self.value))
 
 
 def as_text(output: Any) -> str:
@@ -71,20 +85,18 @@ def to_score(result: Any, name: str) -> Score:
     if isinstance(result, bool):
         return Score(1.0 if result else 0.0, "pass" if result else "fail", assertion=True)
     if isinstance(result, (int, float)):
-        if not 0 <= result <= 1:
+        if not (math.isfinite(result) and 0 <= result <= 1):
             raise WorkbenchError(
-                "WB_EVAL_SUITE_INVALID", f"scorer {name} returned {result}, outside [0, 1]",
+                "WB_EVAL_SCORE_INVALID", f"scorer {name} returned {result}, not a number in [0, 1]",
                 f"make {name} return a score in [0, 1], a bool, or a label string",
             )
         return Score(float(result))
     if isinstance(result, str):
         return Score(None, label=result)
     if isinstance(result, tuple) and len(result) == 2:
-        score = to_score(result[0], name)
-        score.explanation = str(result[1])
-        return score
+        return replace(to_score(result[0], name), explanation=str(result[1]))
     raise WorkbenchError(
-        "WB_EVAL_SUITE_INVALID", f"scorer {name} returned a {type(result).__name__}",
+        "WB_EVAL_SCORE_INVALID", f"scorer {name} returned a {type(result).__name__}",
         "return a bool, a number in [0, 1], a label string, or a Score",
     )
 
@@ -222,10 +234,17 @@ def _judge_score(reply: Any, name: str) -> Score:
             match = re.search(r"(?<![\d.])(0(?:\.\d+)?|1(?:\.0+)?)(?![\d.])", reply)
             if match is None:
                 raise WorkbenchError(
-                    "WB_EVAL_SUITE_INVALID", f"{name}: the judge replied {reply[:120]!r}, with no score in it",
+                    "WB_EVAL_SCORE_INVALID", f"{name}: the judge replied {reply[:120]!r}, with no score in it",
                     "make the judge prompt ask for a number between 0 and 1, or JSON {\"score\": ..., \"reason\": ...}",
                 ) from None
             return Score(float(match.group(1)), reply[:200])
     if isinstance(reply, dict):
-        return Score(float(reply.get("score", 0)), str(reply.get("reason", ""))[:200])
+        value = reply.get("score")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise WorkbenchError(
+                "WB_EVAL_SCORE_INVALID", f"{name}: the judge replied {json.dumps(reply, default=str)[:160]}, "
+                f"whose `score` is {value!r}, not a number",
+                "make the judge prompt ask for JSON {\"score\": <a number from 0 to 1>, \"reason\": ...}",
+            )
+        return to_score((value, str(reply.get("reason", ""))[:200]), name)
     return to_score(reply, name)

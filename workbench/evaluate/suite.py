@@ -39,6 +39,9 @@ class Suite:
     judge: Any = None  # a model name for the runtime, or a callable (prompt, vars, context) -> reply
     concurrency: int = 4
     providers: Callable | None = None  # (async transport) -> runtime providers; None: the public APIs
+    epochs: int = 1  # samples per case: every case runs this many times
+    confidence: float = 0.95  # how sure the gate must be that a drop is not noise before it fails
+    errors_are_failures: bool = False  # a case whose target raised fails (exit 1) instead of no verdict
 
     @property
     def judge_cassette_path(self) -> Path:
@@ -92,11 +95,16 @@ def define_eval(
     cassette: Path | str | None = None,
     concurrency: int = 4,
     providers: Callable | None = None,
+    epochs: int = 1,
+    confidence: float = 0.95,
+    errors_are_failures: bool = False,
 ) -> Suite:
     """Declare a suite. `cases`: a list of {"id", "vars", "expected"} or a JSONL path (relative to
     the suite file). The baseline is `<name>.baseline.json` beside the suite file; the cassette is
     `cassettes/<name>.json` in the folder above the suite file's folder (the repository root for
-    `evals/`), unless given."""
+    `evals/`), unless given. `epochs`: how many times each case runs (its score is the mean);
+    `confidence`: how sure the gate must be that a drop is not noise; `errors_are_failures`: a case
+    whose target raises fails the gate instead of leaving it without a verdict."""
     caller = Path(sys._getframe(1).f_code.co_filename).resolve()  # not inspect.stack(): it reads every frame's source
     base = caller.parent
     resolve = lambda value: (Path(value) if Path(value).is_absolute() else base / value).resolve()  # noqa: E731
@@ -104,17 +112,43 @@ def define_eval(
         raise WorkbenchError(
             "WB_EVAL_SUITE_INVALID", f"suite {name}: tolerance {tolerance} is outside [0, 1)", "use e.g. tolerance=0.05"
         )
+    check_epochs(epochs, f"suite {name}: epochs")
+    check_confidence(confidence, f"suite {name}: confidence")
     suite = Suite(
         name=name, prompt=prompt, cases=_cases_from(cases, base), scorers=[scorer_of(item) for item in scorers],
         tolerance=tolerance, file=caller,
         baseline_path=resolve(baseline) if baseline else base / f"{name}.baseline.json",
         cassette_path=resolve(cassette) if cassette else base.parent / "cassettes" / f"{name}.json",
-        target=target, judge=judge, concurrency=concurrency, providers=providers,
+        target=target, judge=judge, concurrency=concurrency, providers=providers, epochs=epochs,
+        confidence=confidence, errors_are_failures=errors_are_failures,
     )
     if not suite.scorers:
         raise WorkbenchError("WB_EVAL_SUITE_INVALID", f"suite {name} has no scorers", "pass scorers=[exact(), ...]")
     _suites[name] = suite
     return suite
+
+
+def require_cases(suite: Suite) -> None:
+    """A suite with no cases has nothing to judge: never a pass."""
+    if not suite.cases:
+        raise WorkbenchError(
+            "WB_EVAL_SUITE_INVALID", f"suite {suite.name} ({suite.file}) has no cases, so there is nothing to judge",
+            f"give define_eval({suite.name!r}, ...) at least one case",
+        )
+
+
+def check_epochs(epochs, where: str) -> int:
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise WorkbenchError("WB_EVAL_SUITE_INVALID", f"{where} is {epochs!r}, not a whole number of at least 1",
+                             "use e.g. epochs=5 (or --epochs 5)")
+    return epochs
+
+
+def check_confidence(confidence, where: str) -> float:
+    if not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        raise WorkbenchError("WB_EVAL_SUITE_INVALID", f"{where} is {confidence!r}, not between 0 and 1",
+                             "use e.g. confidence=0.95 (or --confidence 0.95)")
+    return float(confidence)
 
 
 def load_suites(paths: list[Path]) -> dict[str, Suite]:
@@ -138,13 +172,14 @@ def load_suites(paths: list[Path]) -> dict[str, Suite]:
             sys.modules[module_name] = module
             try:
                 spec.loader.exec_module(module)
-            except WorkbenchError:
+            except KeyboardInterrupt:
                 raise
-            except Exception as exc:
+            except BaseException as exc:  # sys.exit() in a suite file is no verdict, never exit 0
                 del sys.modules[module_name]
-                raise WorkbenchError(
-                    "WB_EVAL_SUITE_INVALID", f"{file} failed to import: {type(exc).__name__}: {exc}", f"fix {file}"
-                ) from exc
+                if isinstance(exc, WorkbenchError):
+                    raise
+                what = f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+                raise WorkbenchError("WB_EVAL_SUITE_INVALID", f"{file} failed to import: {what}", f"fix {file}") from exc
         found.update({name: suite for name, suite in _suites.items() if suite.file == file.resolve()})
     return found
 

@@ -36,6 +36,7 @@ class CassetteIndex:
             self._by_hash[digest].append(index)
         self._next: dict[str, int] = defaultdict(int)
         self.played: set[int] = set()
+        self.repeated = 0  # requests answered by a recording already played (more asked than recorded)
         self._lock = threading.Lock()
         self._stored_trusted = hashes is not None  # until a miss makes us look again
         self._words: list[frozenset[bytes]] = []  # word sets of request bodies, built at the first miss
@@ -56,6 +57,7 @@ class CassetteIndex:
             if position >= len(indices) and not repeat:
                 return None
             index = indices[min(position, len(indices) - 1)]
+            self.repeated += position >= len(indices)
             self._next[digest] = position + 1
             self.played.add(index)
             return index

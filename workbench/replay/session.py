@@ -34,6 +34,7 @@ from workbench.replay.scrub import BodyHook, scrub
 MODES = ("replay", "record", "rerecord", "live")
 SAVE_EACH_UP_TO = 200  # interactions; past that, a recording session saves at most every SAVE_EVERY_S
 SAVE_EVERY_S = 1.0
+SAVE_SHARE = 10  # ... and at most every SAVE_SHARE x the last save's duration, so saving stays a small share
 # one replay run: this process, or every worker of one pytest-xdist run
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(datetime.now(timezone.utc).timestamp())}"
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
@@ -81,6 +82,7 @@ class Cassette:
         self.recorded = 0
         self.matched_without_body = 0
         self._saved_at = time.monotonic()
+        self._save_took = 0.0  # seconds: a save merges with the file on disk, so it grows with the cassette
         self._lock = threading.Lock()
         interactions: list[Interaction] = []
         hashes = None
@@ -130,14 +132,17 @@ class Cassette:
 
     def record(self, interaction: Interaction) -> None:
         """Keep a new recording, and write the file: at once while the cassette is small, at most
-        once a second once it is large (rewriting it per interaction made recording quadratic);
-        `save()` at the end of a test, a suite, a client or the process writes the rest."""
+        once a second once it is large, and less often still as a save grows slow (rewriting it per
+        interaction made recording quadratic; so did a save every second of a 10 MB cassette, 5,000
+        answers of 1,000 cases x 5 epochs); `save()` at the end of a test, a suite, a client or the
+        process writes the rest."""
         clean = scrub(interaction, self.body_hook)
         with self._lock:
             self.index.add(clean)
             self._new.append(clean)
             self.recorded += 1
-            due = len(self.index.interactions) <= SAVE_EACH_UP_TO or time.monotonic() - self._saved_at >= SAVE_EVERY_S
+            every = max(SAVE_EVERY_S, SAVE_SHARE * self._save_took)
+            due = len(self.index.interactions) <= SAVE_EACH_UP_TO or time.monotonic() - self._saved_at >= every
         if due:
             self.save()
 
@@ -149,6 +154,13 @@ class Cassette:
         if not new and self.mode != "rerecord":
             self._save_played()
             return
+        started = time.monotonic()
+        try:
+            self._merge(new)
+        finally:
+            self._save_took = time.monotonic() - started
+
+    def _merge(self, new: list[Interaction]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with exclusive(_working(self.path, "locks", ".cassette.lock")):
             on_disk, meta = (parse_cassette_with_meta(self.path.read_bytes(), str(self.path))

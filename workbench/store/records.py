@@ -8,6 +8,7 @@ from typing import Literal
 Kind = Literal[
     "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result",
     "checkpoint", "cache_hit", "quarantine", "call_prefix", "cache_read",
+    "eval_sample",
 ]
 
 # table, primary key, and whether a later record replaces an earlier one with the same key
@@ -30,4 +31,5 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "quarantine": ("quarantine", ("quarantine_id",), False),
     "call_prefix": ("call_prefixes", ("call_id",), False),
     "cache_read": ("cache_reads", ("call_id",), False),
+    "eval_sample": ("eval_samples", ("eval_run_id", "case_id", "epoch"), True),
 }

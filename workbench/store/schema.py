@@ -224,6 +224,30 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE compactions ADD COLUMN recache_cost_micros BIGINT;
         """,
     ),
+    (
+        "0008_gate_eval_samples",
+        """
+        -- repeated trials: how many samples each case of an eval run took, and how they spread
+        ALTER TABLE eval_runs ADD COLUMN epochs INTEGER;          -- samples per case
+        ALTER TABLE eval_runs ADD COLUMN spread DOUBLE;           -- std. deviation of the per-epoch means
+        ALTER TABLE eval_runs ADD COLUMN confidence DOUBLE;       -- the gate's confidence that a drop is not noise
+        ALTER TABLE eval_runs ADD COLUMN errored_cases INTEGER;   -- cases that ended in an error (never scored)
+        -- the `workbench eval compare` it is a cell of (its verdict: compared)
+        ALTER TABLE eval_runs ADD COLUMN matrix_id VARCHAR;
+        ALTER TABLE eval_runs ADD COLUMN matrix_reference BOOLEAN; -- the cell the others were compared with
+        ALTER TABLE eval_results ADD COLUMN samples INTEGER;
+        ALTER TABLE eval_results ADD COLUMN spread DOUBLE;        -- std. deviation of the case's samples
+        ALTER TABLE eval_results ADD COLUMN p_value DOUBLE;       -- the chance its drop is noise (one-sided Welch)
+        -- one row per sample (epoch) of a case: every sample is kept
+        CREATE TABLE eval_samples (
+            eval_run_id VARCHAR, case_id VARCHAR, epoch INTEGER, run_id VARCHAR,
+            score DOUBLE,              -- null: the sample ended in an error (never scored 0)
+            cost_micros BIGINT,
+            latency_ms DOUBLE,         -- the target's wall time
+            live BOOLEAN,              -- a request went to the network: the latency is the provider's
+            output VARCHAR, scores VARCHAR, error VARCHAR, PRIMARY KEY (eval_run_id, case_id, epoch));
+        """,
+    ),
 ]
 
 

@@ -31,7 +31,7 @@ from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend
 from workbench.store.queries.ledger import BUILT_IN, OTHERS, TIME_KEYS, key_columns, spend_by, tag_keys, top_n
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
 from workbench.store.queries.insight import miss_reasons, changing_regions, write_waste, call_verdicts, run_turn_events, compaction_sources
-from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, run_choices, run_tree, run_calls, resolve_run_id, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
+from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, eval_matrices, eval_matrix, eval_matrix_case, eval_matrix_case_ids, run_choices, run_tree, run_calls, resolve_run_id, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
 from workbench.store.queries.runtime import last_checkpoint, response_cache_hits
 
 
@@ -78,7 +78,7 @@ def failures_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.Da
 def evals_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
     if not evals_available(con):
         return {}
-    return {"history": eval_history(con, f)}
+    return {"history": eval_history(con, f), "matrices": eval_matrices(con, f)}
 
 
 def explorer_page(con: duckdb.DuckDBPyConnection, f: Filters, run_id: str | None = None) -> dict[str, pl.DataFrame]:
@@ -103,7 +103,7 @@ __all__ = [
     "BUILT_IN", "Filters", "OTHERS", "PAGES", "StoreMissing", "TIME_KEYS", "cache_savings", "cache_totals", "call_totals",
     "call_verdicts", "changing_regions", "compaction_events", "compaction_sources", "miss_reasons", "run_turn_events",
     "write_waste", "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "day_totals",
-    "eval_cases",
+    "eval_cases", "eval_matrices", "eval_matrix", "eval_matrix_case", "eval_matrix_case_ids",
     "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
     "has_tables", "ingest_pending", "key_columns", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
     "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",

@@ -72,35 +72,110 @@ def evals_available(con: duckdb.DuckDBPyConnection) -> bool:
     return has_tables(con, "eval_runs", "eval_results")
 
 
-def eval_history(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 2000) -> pl.DataFrame:
-    """Eval runs (latest last) with their verdict, scores and cost per case."""
+def _eval_filters(f: Filters, alias: str = "e") -> tuple[list[str], dict]:
     built = _Sql(f)
-    preds = built._dates("e.started_at")
-    for name, values, column in (("prompt_ids", f.prompt_ids, "e.prompt_id"),
-                                 ("prompt_versions", f.prompt_versions, "e.prompt_version"),
-                                 ("models", f.models, "e.model")):
+    preds = built._dates(f"{alias}.started_at")
+    for name, values, column in (("prompt_ids", f.prompt_ids, f"{alias}.prompt_id"),
+                                 ("prompt_versions", f.prompt_versions, f"{alias}.prompt_version"),
+                                 ("models", f.models, f"{alias}.model")):
         if values:
             built.params[name] = list(values)
             preds.append(f"list_contains(${name}, {column})")
     if f.source != "all":
-        preds.append("e.mode " + ("= 'replay'" if f.source == "replayed" else "IS DISTINCT FROM 'replay'"))
+        preds.append(f"{alias}.mode " + ("= 'replay'" if f.source == "replayed" else "IS DISTINCT FROM 'replay'"))
+    return preds, built.params
+
+
+def eval_history(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 2000) -> pl.DataFrame:
+    """Gate runs (latest last; not the cells of a `workbench eval compare`) with their verdict,
+    scores, samples per case and cost per case. Errored cases are never scored, so never passed."""
+    preds, params = _eval_filters(f)
+    preds.append("e.matrix_id IS NULL")
     return _frame(con, f"""
         SELECT e.eval_run_id, e.suite, e.prompt_id, e.prompt_version, e.prompt_hash, e.model, e.mode, e.git_commit,
-               e.started_at, e.mean_score, e.baseline_mean, e.verdict, e.cost_micros,
+               e.started_at, e.mean_score, e.epochs, e.spread, e.errored_cases, e.baseline_mean, e.verdict, e.cost_micros,
                coalesce(k.cases, 0) AS cases, coalesce(k.passed, 0) AS passed,
                CASE WHEN k.cases > 0 THEN (e.cost_micros // k.cases)::BIGINT END AS cost_per_case_micros
         FROM eval_runs e LEFT JOIN (
             SELECT eval_run_id, count(*) AS cases, count(*) FILTER (WHERE passed) AS passed
             FROM eval_results GROUP BY eval_run_id) k USING (eval_run_id)
         WHERE {' AND '.join(preds) or 'true'}
-        ORDER BY e.started_at, e.eval_run_id LIMIT $limit""", {**built.params, "limit": limit})
+        ORDER BY e.started_at, e.eval_run_id LIMIT $limit""", {**params, "limit": limit})
 
 
 def eval_cases(con: duckdb.DuckDBPyConnection, eval_run_id: str) -> pl.DataFrame:
-    """One eval run's cases, the largest drop first."""
+    """One eval run's cases, the largest drop first: the mean of each case's samples, their spread
+    and count, and an error instead of a score for a case that could not be judged."""
     return _frame(con, """
-        SELECT case_id, score, baseline_score, delta, passed, cost_micros, run_id, output
+        SELECT case_id, score, samples, spread, p_value, baseline_score, delta, passed, cost_micros, error, run_id, output
         FROM eval_results WHERE eval_run_id = $id ORDER BY delta NULLS LAST, case_id""", {"id": eval_run_id})
+
+
+def eval_matrices(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 200) -> pl.DataFrame:
+    """Every `workbench eval compare` (latest first): its suite, cells, versions and models."""
+    preds, params = _eval_filters(f)
+    return _frame(con, f"""
+        SELECT e.matrix_id, any_value(e.suite) AS suite, any_value(e.prompt_id) AS prompt_id, min(e.started_at) AS started_at,
+               count(*) AS cells, list(DISTINCT e.prompt_version ORDER BY e.prompt_version) AS versions,
+               list(DISTINCT e.model ORDER BY e.model) AS models, max(e.epochs) AS epochs
+        FROM eval_runs e WHERE e.matrix_id IS NOT NULL AND {' AND '.join(preds) or 'true'}
+        GROUP BY e.matrix_id ORDER BY started_at DESC, e.matrix_id LIMIT $limit""", {**params, "limit": limit})
+
+
+def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
+    """One matrix, a row per cell (prompt version x model): mean and spread, the cases that moved
+    against the reference (past the tolerance and beyond noise, as `workbench eval compare` judged
+    them), the cost per case (one sample) and the latency of the samples that reached a provider."""
+    return _frame(con, """
+        WITH cells AS (
+            SELECT e.eval_run_id, e.prompt_version, e.model, e.mode, e.mean_score, e.spread, e.epochs, e.cases,
+                   e.errored_cases, e.tolerance, e.confidence, e.started_at, e.matrix_reference
+            FROM eval_runs e WHERE e.matrix_id = $matrix_id),
+        moved AS (
+            SELECT r.eval_run_id,
+                   count(*) FILTER (WHERE NOT r.passed) AS worse,
+                   count(*) FILTER (WHERE r.delta > c.tolerance AND r.p_value < 1 - c.confidence) AS better,
+                   list(r.case_id ORDER BY r.case_id) FILTER (WHERE NOT r.passed) AS worse_cases,
+                   list(r.case_id ORDER BY r.case_id)
+                       FILTER (WHERE r.delta > c.tolerance AND r.p_value < 1 - c.confidence) AS better_cases
+            FROM eval_results r JOIN cells c USING (eval_run_id) GROUP BY r.eval_run_id),
+        samples AS (
+            SELECT s.eval_run_id, count(*) AS samples,
+                   CASE WHEN count(*) = count(s.cost_micros) THEN sum(s.cost_micros)::BIGINT END AS cost_micros,
+                   count(*) FILTER (WHERE s.live) AS live_samples,
+                   median(s.latency_ms) FILTER (WHERE s.live) AS latency_median_ms,
+                   -- the 95th percentile by nearest rank, as `workbench eval compare` gives it
+                   list_sort(list(s.latency_ms) FILTER (WHERE s.live))[
+                       ceil(0.95 * count(*) FILTER (WHERE s.live))::BIGINT] AS latency_p95_ms
+            FROM eval_samples s JOIN cells c USING (eval_run_id) GROUP BY s.eval_run_id)
+        SELECT c.prompt_version, c.model, coalesce(c.matrix_reference, false) AS reference, c.mean_score, c.spread,
+               coalesce(m.worse, 0) AS worse, coalesce(m.better, 0) AS better,
+               -- one sample's cost, rounded up (costs are never negative; DuckDB's // truncates)
+               CASE WHEN s.samples > 0 THEN ((s.cost_micros + s.samples - 1) // s.samples)::BIGINT END
+                   AS cost_per_case_micros,
+               s.latency_median_ms, s.latency_p95_ms, s.live_samples, s.samples, c.cases, c.errored_cases, c.epochs,
+               c.mode, m.worse_cases, m.better_cases, c.eval_run_id
+        FROM cells c LEFT JOIN moved m USING (eval_run_id) LEFT JOIN samples s USING (eval_run_id)
+        ORDER BY c.started_at, c.eval_run_id""", {"matrix_id": matrix_id})
+
+
+def eval_matrix_case(con: duckdb.DuckDBPyConnection, matrix_id: str, case_id: str) -> pl.DataFrame:
+    """One case in every cell of a matrix: each sample's score and output, side by side."""
+    return _frame(con, """
+        SELECT e.prompt_version, e.model, coalesce(e.matrix_reference, false) AS reference, s.epoch, s.score,
+               r.score AS case_score, r.spread, r.delta, s.output, s.error, e.eval_run_id
+        FROM eval_runs e JOIN eval_samples s USING (eval_run_id)
+        JOIN eval_results r ON r.eval_run_id = s.eval_run_id AND r.case_id = s.case_id
+        WHERE e.matrix_id = $matrix_id AND s.case_id = $case_id
+        ORDER BY e.started_at, e.eval_run_id, s.epoch""", {"matrix_id": matrix_id, "case_id": case_id})
+
+
+def eval_matrix_case_ids(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
+    """The cases of a matrix, those that moved in some cell first."""
+    return _frame(con, """
+        SELECT r.case_id, count(*) FILTER (WHERE NOT r.passed OR r.p_value < 1 - e.confidence) AS moved_in
+        FROM eval_results r JOIN eval_runs e USING (eval_run_id) WHERE e.matrix_id = $matrix_id
+        GROUP BY r.case_id ORDER BY moved_in DESC, r.case_id""", {"matrix_id": matrix_id})
 
 
 # -- Run explorer --------------------------------------------------------------------------------
@@ -206,28 +281,41 @@ def run_compactions(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame
 
 
 def prompt_runs_for_cases(con: duckdb.DuckDBPyConnection, prompt_id: str, since: datetime | date | None = None,
-                          limit: int | None = None) -> pl.DataFrame:
+                          limit: int | None = None, include_evals: bool = False,
+                          include_replayed: bool = False) -> pl.DataFrame:
     """The finished runs of one prompt (kind `llm` or `eval_case`) that carry their variables (the
     `vars` tag) and made a settled call, with that last settled call's output: one row per run,
     the latest `limit` of them, oldest first. A run with a selected run inside it (an eval case
-    around its `llm()` run) gives way to the inner one, so no case is written twice."""
+    around its `llm()` run) gives way to the inner one, so no case is written twice. By default
+    only production traffic: no eval case, no judge, nor any run inside one (`include_evals`), and
+    no run whose answer was replayed from a cassette (`include_replayed`)."""
     since_at = datetime.combine(since, time.min, tzinfo=timezone.utc) if type(since) is date else since
     return _frame(con, """
-        WITH cand AS (
+        WITH RECURSIVE cand AS (
             SELECT r.run_id, r.parent_run_id, r.kind, r.prompt_version, r.prompt_hash, r.started_at, t.value AS vars
             FROM runs r JOIN run_tags t ON t.run_id = r.run_id AND t.key = 'vars'
             WHERE r.prompt_id = $prompt_id AND r.kind IN ('llm', 'eval_case') AND r.status = 'ok'
               AND ($since::TIMESTAMPTZ IS NULL OR r.started_at >= $since::TIMESTAMPTZ)),
+        up(run_id, ancestor, depth) AS (
+            SELECT run_id, parent_run_id, 1 FROM cand WHERE parent_run_id IS NOT NULL
+            UNION ALL SELECT up.run_id, r.parent_run_id, up.depth + 1 FROM up JOIN runs r ON r.run_id = up.ancestor
+            WHERE r.parent_run_id IS NOT NULL AND up.depth < 50),
+        eval_traffic AS (
+            SELECT run_id FROM cand WHERE kind IN ('eval_case', 'judge')
+            UNION SELECT up.run_id FROM up JOIN runs r ON r.run_id = up.ancestor WHERE r.kind IN ('eval_case', 'judge')),
         leaf AS (
-            SELECT * FROM cand WHERE run_id NOT IN (SELECT parent_run_id FROM cand WHERE parent_run_id IS NOT NULL)),
+            SELECT * FROM cand WHERE run_id NOT IN (SELECT parent_run_id FROM cand WHERE parent_run_id IS NOT NULL)
+              AND ($include_evals OR run_id NOT IN (SELECT run_id FROM eval_traffic))),
         last_call AS (
-            SELECT c.run_id, b.output_text, b.tool_calls,
+            SELECT c.run_id, c.replayed, b.output_text, b.tool_calls,
                    row_number() OVER (PARTITION BY c.run_id ORDER BY c.started_at DESC, c.call_id DESC) AS n
             FROM calls c JOIN call_bodies b USING (call_id)
             WHERE c.settled AND c.run_id IN (SELECT run_id FROM leaf)),
         picked AS (
             SELECT l.run_id, l.kind, l.prompt_version, l.prompt_hash, l.started_at, l.vars, k.output_text, k.tool_calls
             FROM leaf l JOIN last_call k ON k.run_id = l.run_id AND k.n = 1
+            WHERE $include_replayed OR NOT coalesce(k.replayed, false)
             ORDER BY l.started_at DESC, l.run_id DESC LIMIT $limit)
         SELECT * FROM picked ORDER BY started_at, run_id""",
-        {"prompt_id": prompt_id, "since": since_at, "limit": limit if limit is not None else 2**62})
+        {"prompt_id": prompt_id, "since": since_at, "limit": limit if limit is not None else 2**62,
+         "include_evals": include_evals, "include_replayed": include_replayed})
