@@ -3,12 +3,14 @@ and the headline figures shown equal the ones computed here from the fixture's r
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pandas.api.types import is_numeric_dtype
 from streamlit.testing.v1 import AppTest
 
 import dashboard_store as fx
-from fixtures.dashboard_app import render
+from fixtures.dashboard_app import APP, render
 from workbench.money import format_amount
 
 CALLS = fx.call_rows()
