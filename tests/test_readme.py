@@ -77,7 +77,7 @@ def fake_provider_env(project) -> Iterator[dict[str, str]]:
     README's), and the variables the README exports, which must be the ones it prints."""
     start = next(command for command in commands() if command.startswith("workbench fake-provider"))
     readme_port = re.search(r"--port (\d+)", start).group(1)
-    exports = [command for command in commands() if command.startswith("export ")]
+    exports = [command for command in commands() if command.startswith("export ") and "_BASE_URL=" in command]
     assert exports and all(readme_port in command for command in exports)
     port = str(free_port())
     process = subprocess.Popen([sys.executable, "-m", "workbench", *start.split()[1:-1], port], cwd=project,
