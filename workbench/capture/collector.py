@@ -153,14 +153,11 @@ class _Handler(BaseHTTPRequestHandler):
         if not collector.authorized(self.headers.get("Authorization")):
             return self._reply(401, "text/plain", b"a valid Authorization: Bearer <token> header is required\n",
                                drain=True)
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
-            return self._reply(411, "text/plain", b"Content-Length is required\n", close=True)
-        if int(length) > collector.max_body:
-            kind, body = _status_body(self.headers.get("Content-Type") or "",
-                                      f"the body is {int(length):,} bytes, over the {collector.max_body:,} allowed")
-            return self._reply(413, kind, body, close=True)
-        body = self.rfile.read(int(length))
+        try:
+            body = self._body(collector.max_body)
+        except PayloadError as exc:
+            kind, answer = _status_body(self.headers.get("Content-Type") or "", str(exc))
+            return self._reply(exc.status, kind, answer, close=True)
         try:
             status, kind, answer = collector.export(self.headers.get("Content-Type") or "",
                                                     self.headers.get("Content-Encoding"), body)
@@ -168,6 +165,33 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("workbench collect could not take a request: %s", exc, exc_info=True)
             status, kind, answer = 500, "text/plain", b"the collector could not record this batch; retry\n"
         self._reply(status, kind, answer)
+
+    def _body(self, cap: int) -> bytes:
+        """The request body, by Content-Length or chunked (the JavaScript exporter streams its gzip
+        body), refused past `cap` bytes before more is read."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts, size = [], 0
+            while True:
+                line = self.rfile.readline(1024)
+                try:
+                    chunk = int(line.split(b";")[0].strip() or b"x", 16)
+                except ValueError:
+                    raise PayloadError(f"a malformed chunk header {line[:40]!r}") from None
+                if chunk == 0:
+                    while self.rfile.readline(1024).strip():  # trailers, then the blank line
+                        pass
+                    return b"".join(parts)
+                size += chunk
+                if size > cap:
+                    raise PayloadError(f"the body is over the {cap:,} bytes allowed", 413)
+                parts.append(self.rfile.read(chunk))
+                self.rfile.readline(1024)  # the CRLF after the chunk
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            raise PayloadError("Content-Length (or a chunked body) is required", 411)
+        if int(length) > cap:
+            raise PayloadError(f"the body is {int(length):,} bytes, over the {cap:,} allowed", 413)
+        return self.rfile.read(int(length))
 
     def do_GET(self) -> None:  # noqa: N802
         self._reply(405, "text/plain", b"OTLP/HTTP: POST /v1/traces\n")
