@@ -100,13 +100,14 @@ def provider_name(value) -> str:
 
 
 def is_call(attributes: dict) -> bool:
-    operation = attributes.get(semconv.OPERATION_NAME)
-    if operation in _NOT_CALLS:
+    operation, kind = attributes.get(semconv.OPERATION_NAME), attributes.get(semconv.OI_SPAN_KIND)
+    # an agent's or a chain's span may sum its calls' usage: counted again, it would bill them twice
+    if operation in _NOT_CALLS or (kind is not None and kind not in _OI_CALL_KINDS):
         return False
     model = _first(attributes, (semconv.REQUEST_MODEL, semconv.RESPONSE_MODEL, semconv.OI_MODEL_NAME))
     if model is None:
         return False
-    return (operation in _CALL_OPERATIONS or attributes.get(semconv.OI_SPAN_KIND) in _OI_CALL_KINDS
+    return (operation in _CALL_OPERATIONS or kind in _OI_CALL_KINDS
             or semconv.LLM_REQUEST_TYPE in attributes or any(name in attributes for name in _INPUT + _OUTPUT))
 
 
