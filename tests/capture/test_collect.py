@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -316,3 +317,52 @@ def test_only_the_traces_path_is_served(collector):
                        headers={"Content-Type": "application/json"})
     assert other.status_code == 404 and b"/v1/traces" in other.content
     assert httpx.get(collector.url, timeout=10).status_code == 405
+
+
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+
+
+def _readme_block(language: str, mark: str) -> str:
+    return next(body for kind, body in re.findall(r"```(\w+)\n(.*?)```", README, re.DOTALL)
+                if kind == language and mark in body)
+
+
+def test_the_readme_sample_is_recorded_as_the_readme_says(tmp_path):
+    assert "workbench collect --port 4318" in _readme_block("bash", "workbench collect")
+    sample = _readme_block("python", "OTLPSpanExporter(endpoint=")
+    shutil.copy(Path(__file__).resolve().parents[2] / "models.toml", tmp_path / "models.toml")
+    collector = Collector(tmp_path, _env())
+    try:
+        script = tmp_path / "sample.py"
+        script.write_text(sample.replace("http://127.0.0.1:4318/v1/traces", collector.url))
+        subprocess.run([sys.executable, str(script)], check=True, timeout=120, env=_env())
+        (call,) = _calls(collector)
+        assert {name: call[name] for name in _usage()} == _usage(176, 1024, 0, 80)
+        # 176 x $0.15 + 1,024 x $0.075 + 80 x $0.60 per million: $0.0001512, in millionths of a cent
+        assert call["cost_micros"] == 15_120 and "0.0001512 USD" in README
+        assert [row["name"] for row in collector.rows("SELECT name FROM runs")] == ["answer ticket"]
+    finally:
+        collector.stop()
+
+
+def test_the_deployment_settings_reach_a_collector_behind_a_token(tmp_path):
+    block = _readme_block("sh", "OTEL_EXPORTER_OTLP_ENDPOINT")
+    assert "workbench collect --host 0.0.0.0 --port 4318" in block and "WORKBENCH_COLLECT_TOKEN" in block
+    settings = dict(line.removeprefix("export ").split("=", 1) for line in block.splitlines()
+                    if line.startswith("export OTEL_"))
+    for collector in _start(tmp_path, WORKBENCH_COLLECT_TOKEN=TOKEN):  # on loopback here; checked all the same
+        env = {name: value.strip('"').replace("http://collector.internal:4318", collector.url.removesuffix("/v1/traces"))
+               .replace("<the token>", TOKEN) for name, value in settings.items()}
+        app = ("from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter\n"
+               "from opentelemetry.sdk.trace import TracerProvider\n"
+               "from opentelemetry.sdk.trace.export import BatchSpanProcessor\n"
+               "provider = TracerProvider()\n"
+               "provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))\n"
+               "attributes = {'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'wbt-mini',\n"
+               "              'gen_ai.usage.input_tokens': 30, 'gen_ai.usage.output_tokens': 3}\n"
+               "with provider.get_tracer('app').start_as_current_span('chat wbt-mini', attributes=attributes):\n"
+               "    pass\n"
+               "provider.shutdown()\n")
+        subprocess.run([sys.executable, "-c", app], check=True, timeout=120, env=_env(**env))
+        (call,) = _calls(collector)
+        assert call["cost_micros"] == expected_cost("wbt-mini", _usage(30, 0, 0, 3))
