@@ -149,10 +149,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         collector = self.server.collector
         if self.path.split("?")[0].rstrip("/") != "/v1/traces":
-            return self._reply(404, "text/plain", b"only POST /v1/traces is served (OTLP/HTTP traces)\n", drain=True)
-        if not collector.authorized(self.headers.get("Authorization")):
+            return self._reply(404, "text/plain", b"only POST /v1/traces is served (OTLP/HTTP traces)\n", close=True)
+        if not collector.authorized(self.headers.get("Authorization")):  # not a byte more read from it
             return self._reply(401, "text/plain", b"a valid Authorization: Bearer <token> header is required\n",
-                               drain=True)
+                               close=True)
         try:
             body = self._body(collector.max_body)
         except PayloadError as exc:
@@ -196,13 +196,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         self._reply(405, "text/plain", b"OTLP/HTTP: POST /v1/traces\n")
 
-    def _reply(self, status: int, kind: str, body: bytes, drain: bool = False, close: bool = False) -> None:
-        if drain:  # read the unread body (within the cap) so the connection stays usable
-            length = self.headers.get("Content-Length") or ""
-            if length.isdigit() and int(length) <= self.server.collector.max_body:
-                self.rfile.read(int(length))
-            else:
-                close = True
+    def _reply(self, status: int, kind: str, body: bytes, close: bool = False) -> None:
+        """Answer; `close`: the request's body was not read, so the connection cannot be reused."""
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
