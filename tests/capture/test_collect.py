@@ -227,7 +227,10 @@ def test_bad_payloads_are_refused_with_a_reason_and_the_collector_keeps_serving(
     assert wrong_type.status_code == 415 and b"application/x-protobuf" in wrong_type.content
     bomb = _post(collector, gzip.compress(b"0" * (17 * 1024 * 1024)), **{"Content-Encoding": "gzip"})
     assert bomb.status_code == 413 and "decompressed" in bomb.json()["message"]
-    assert _declared_too_large(collector).startswith(b"HTTP/1.1 413")
+    assert _raw(collector, b"Content-Length: 999999999\r\n\r\n").startswith(b"HTTP/1.1 413")
+    assert _raw(collector, b"Transfer-Encoding: chunked\r\n\r\n2000000\r\n").startswith(b"HTTP/1.1 413")
+    assert _raw(collector, b"Transfer-Encoding: chunked\r\n\r\nzz\r\n").startswith(b"HTTP/1.1 400")
+    assert _raw(collector, b"\r\n").startswith(b"HTTP/1.1 411")
 
     # one bad span and one bad counter: the rest of the payload is kept
     data = json.loads((FIXTURES / "openllmetry.json").read_text())
@@ -249,11 +252,11 @@ def test_bad_payloads_are_refused_with_a_reason_and_the_collector_keeps_serving(
     assert len(_calls(collector)) == 2
 
 
-def _declared_too_large(collector: Collector) -> bytes:
+def _raw(collector: Collector, rest: bytes) -> bytes:
+    """The answer to a request whose body is announced (or begun) by `rest`, and never sent whole."""
     host, port = collector.url.split("//")[1].split("/")[0].split(":")
     with socket.create_connection((host, int(port)), timeout=10) as raw:
-        raw.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
-                    b"Content-Length: 999999999\r\n\r\n")
+        raw.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n" + rest)
         return raw.recv(4096)
 
 

@@ -227,8 +227,23 @@ def _family(host: str):
     return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
+def listening_address(host: str) -> str:
+    """`host` as the address to bind: an IP address or `localhost`, never a name to look up (a
+    resolver with no network answers after its timeouts, not at once)."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        raise WorkbenchError(
+            "WB_PORT_UNAVAILABLE", f"--host {host[:100]!r} is not an IP address to listen on",
+            "give an address: --host 127.0.0.1 (this machine only), --host 0.0.0.0 or --host :: (every interface)",
+        ) from None
+
+
 def serve(recorder: Recorder, host: str = "127.0.0.1", port: int = 4318, max_body: int = MAX_BODY_BYTES) -> _Server:
     """A started-up (not yet serving) receiver on `host:port`; `serve_forever()` serves it."""
+    host = listening_address(host)
     token = token_for(host)
     try:
         return _Server((host, port), Collector(recorder, token, max_body))
