@@ -25,6 +25,7 @@ from workbench.capture.genai_spans import SpanIngest
 from workbench.capture.otlp_decode import PayloadError, decompressed, spans_of_json, spans_of_protobuf
 from workbench.capture.recorder import Recorder
 from workbench.errors import WorkbenchError
+from workbench.wire.redact import mask_secrets
 
 log = logging.getLogger("workbench.capture")
 
@@ -92,6 +93,7 @@ class Collector:
             self._count(bad_requests=1)
             return exc.status, *_status_body(answer_as, str(exc))
         refused += self.ingest.add(spans)
+        refused = [mask_secrets(reason) for reason in refused]  # they quote span names: answered and logged
         # on the spool file before the sender hears it was taken
         self.recorder.spool.flush(ingest=False)
         self._count(requests=1, spans=len(spans), refused_spans=len(refused))
