@@ -173,6 +173,8 @@ HOSTILE: list[tuple[str, list[str]]] = [
     ("dashboard", ["--port", "-1"]), ("dashboard", ["--port", "99999999999999999999"]), ("dashboard", ["--db", "{tmp}"]),
     ("demo", ["--seed", "[bold]"]), ("demo", ["--db", "{tmp}"]),
     ("fake-provider", ["--port", "-5"]), ("fake-provider", ["--port", "70000"]), ("fake-provider", ["--port", "many"]),
+    ("collect", ["--port", "-1"]), ("collect", ["--db", "{tmp}"]), ("collect", ["--host", "0.0.0.0", "--port", "0"]),
+    ("collect", ["--host", "[bogus]", "--port", "0"]),
     ("cassettes show", ["{tmp}/missing.json"]), ("cassettes show", ["{tmp}"]), ("cassettes show", ["{file}"]),
     ("cassettes show", ["{tmp}/[/x].json"]), ("cassettes show", ["cassettes/classifier.json", "--models", "{tmp}/none.toml"]),
     ("cassettes show", ["cassettes/classifier.json", "--format", "yaml"]),

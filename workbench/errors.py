@@ -25,6 +25,7 @@ CODES: dict[str, str] = {
     "WB_RUN_NOT_FOUND": "no run with that id is in the store",
     "WB_RUN_AMBIGUOUS": "the start of a run id given matches several runs",
     "WB_PORT_UNAVAILABLE": "the port to serve on is taken or not allowed",
+    "WB_COLLECT_TOKEN": "workbench collect would listen beyond loopback without WORKBENCH_COLLECT_TOKEN, or the token is too short",
     "WB_PROVIDER_ERROR": "the provider answered with an error that retries did not clear",
     "WB_BUDGET_EXCEEDED": "a token or cost budget would be exceeded by the next call",
     "WB_LLM_OUTPUT_INVALID": "the model's structured output did not validate, even after one repair turn",

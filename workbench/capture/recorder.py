@@ -109,7 +109,7 @@ class Recorder:
             call.parent_span_id = format(span.parent.span_id, "016x") if span.parent else None
         if call.request_hash is None:
             call.request_hash = hash_request(pending.method, pending.url, pending.request_body)
-        self._spool_call(call)
+        self.spool_call(call)
         # the cacheable prefix, from the full request bytes (the stored body is capped), for insight
         date = pending.response_headers.get("date") if pending.response_headers is not None else None
         found = prefix.captured(call.call_id, call.wire, call.model_requested, pending.request_body, date,
@@ -117,7 +117,7 @@ class Recorder:
         if found is not None:
             self.spool.append("call_prefix", found)
 
-    def _spool_call(self, call: Call) -> None:
+    def spool_call(self, call: Call) -> None:
         row = call.flat()
         body = {name: row.pop(name) for name in _CALL_BODY_FIELDS}
         body["tool_calls"] = json.dumps(body["tool_calls"]) if body["tool_calls"] else None

@@ -38,7 +38,7 @@ _SECRET_ATTRIBUTES = frozenset({"anthropic.organization.id", "openai.organizatio
                                 "openai.project", "openai.project.id"})
 
 
-def _scrubbed(attributes) -> dict:
+def scrubbed(attributes) -> dict:
     """Span attributes with secrets out, whoever set them (the anthropic SDK's own spans carry
     `url.full` and `url.query`, query keys included): credential-like query parameters and URL
     user-info, credential headers, and secret-shaped values in any text (an exception message)."""
@@ -77,7 +77,7 @@ class StoreSpanProcessor(SpanProcessor):
 def _spool_span(spool, span: ReadableSpan) -> None:
     context = span.get_span_context()
     span_id, trace_id = _hex(context.span_id, 16), _hex(context.trace_id, 32)
-    attributes = _scrubbed(span.attributes)
+    attributes = scrubbed(span.attributes)
     run_id = attributes.get(semconv.RUN_ID)
     spool.append(
         "span",
@@ -96,7 +96,7 @@ def _spool_span(spool, span: ReadableSpan) -> None:
             {
                 "span_id": span_id, "seq": seq, "trace_id": trace_id, "run_id": run_id,
                 "name": event.name, "time": _time(event.timestamp),
-                "attributes": _json(_scrubbed(event.attributes)),
+                "attributes": _json(scrubbed(event.attributes)),
             },
         )
 

@@ -144,11 +144,19 @@ MIN_ECHOED_SECRET = 8
 _WORDISH = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
+# one scan for every literal at once: cheaper than a `find` per literal on a short text (a span's
+# attributes: a model name, an operation), dearer on a long one (the alternation is tried at every position)
+_ANY_START = re.compile("|".join(re.escape(start) for starts, _, _ in _SHAPES.values() for start in starts))
+_SHORT_TEXT = 512
+
+
 def _matches(text: str) -> list[tuple[str, re.Match[str]]]:
     """Every secret-shaped value in `text`, in order, none overlapping another."""
     lowered = text.lower()
     if len(lowered) != len(text):  # a character whose lower case is longer: keep positions aligned
         lowered = "".join(char if len(char.lower()) != 1 else char.lower() for char in text)
+    if len(lowered) <= _SHORT_TEXT and _ANY_START.search(lowered) is None:
+        return []
     found: list[tuple[str, re.Match[str]]] = []
     for kind, (starts, pattern, edge) in _SHAPES.items():
         for start in starts:
