@@ -48,6 +48,11 @@ cols[4].metric("Duration", f"{duration:.2f}s" if duration is not None else "runn
 st.caption(f"`{run['run_id']}` · {run['name']} ({run['kind']}) · started {run['started_at']} · "
            f"prompt {run['prompt_id'] or '–'} {run['prompt_version'] or ''} · tags {', '.join(run['tag_list'] or []) or '–'}"
            + (f" · inside run `{run['parent_run_id']}`" if run["parent_run_id"] else ""))
+saved = data["resume"].row(0, named=True)
+if run["resumed_from_run_id"] or saved["replayed_calls"]:
+    would = ui.money(saved["saved_cost_micros"], saved["currency"] or "USD", saved["unpriced"])
+    st.info(f"Resumed from run `{run['resumed_from_run_id']}`: **{saved['replayed_calls']:,} calls** answered from the "
+            f"store, not paid again; they would have cost **{would}**.", icon=":material/replay:")
 if run["status"] == "failed":
     st.warning(f"**{run['error_code'] or run['error_type'] or 'failed'}**: {run['error_message'] or ''}",
                icon=":material/error:")
