@@ -5,8 +5,6 @@ call that paid), and send the rest; a killed 100-call batch job resumed pays for
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +13,7 @@ import openai
 import pytest
 
 import workbench
-from workbench.demo.batch import MODEL
+from workbench.demo import batch
 
 # the batch job's price row: 15 and 60 cents per million tokens, so a call costs exactly
 # input_tokens x 15 + output_tokens x 60 micro-cents
@@ -120,29 +118,6 @@ def test_bad_resume_input_is_refused_before_anything_is_sent(fake_url, fake_prov
 # -- the killed batch job ------------------------------------------------------------------------
 
 
-def _start(args: list[str], db) -> subprocess.Popen:
-    env = {**os.environ, "WORKBENCH_DB": str(db)}
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _count(store, sql: str, params: list) -> int:
-    """A count from the store, 0 while the job has not created it yet."""
-    workbench.flush()  # ingests the job's spool too
-    return store.one(sql, params)["n"] if store.path.exists() else 0
-
-
-def _kill_at(job: subprocess.Popen, calls: int, store) -> str:
-    """The job's run id, once its first `calls` calls are in the store; the job is then SIGKILLed."""
-    run_id = job.stdout.readline().strip()
-    deadline = time.monotonic() + 60
-    while _count(store, "SELECT count(*) AS n FROM calls WHERE run_id = ?", [run_id]) < calls:
-        assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()
-        time.sleep(0.05)
-    job.send_signal(signal.SIGKILL)
-    job.wait()
-    return run_id
-
-
 def _assert_resumed_pays_for_exactly_100(first: str, store, fake_provider) -> None:
     assert len(fake_provider.requests) == 100  # 60 before the kill, 40 after: nothing paid twice
     asked = [request.json["messages"][0]["content"] for request in fake_provider.requests]
@@ -177,28 +152,26 @@ def _assert_resumed_pays_for_exactly_100(first: str, store, fake_provider) -> No
 
 
 def test_a_batch_job_killed_at_call_60_and_resumed_pays_for_exactly_100_calls(fake_url, fake_provider, store):
-    job = [sys.executable, "-m", "workbench.demo.batch", fake_url, "--calls", "100"]
-    first = _kill_at(_start([*job, "--pause-after", "60"], store.path), 60, store)
-    resumed = _start([*job, "--resume", first], store.path)
+    first = batch.kill_when_stored(batch.start(fake_url, store.path, "--pause-after", "60"), store.path, 60)
+    resumed = batch.start(fake_url, store.path, "--resume", first)
     assert resumed.wait(120) == 0, resumed.stderr.read()
     _assert_resumed_pays_for_exactly_100(first, store, fake_provider)
 
 
 def test_runs_resume_runs_the_command_with_the_killed_run_resumed(fake_url, fake_provider, store):
-    job = [sys.executable, "-m", "workbench.demo.batch", fake_url, "--calls", "100"]
-    first = _kill_at(_start([*job, "--pause-after", "60"], store.path), 60, store)
-    command = [sys.executable, "-m", "workbench", "runs", "resume", first[:12], "--db", str(store.path), "--", *job]
-    resumed = _start(command, store.path)
+    first = batch.kill_when_stored(batch.start(fake_url, store.path, "--pause-after", "60"), store.path, 60)
+    via = (sys.executable, "-m", "workbench", "runs", "resume", first[:12], "--db", str(store.path), "--")
+    resumed = batch.start(fake_url, store.path, via=via)
     assert resumed.wait(120) == 0, resumed.stderr.read()
     assert f"resuming run {first} (batch)" in resumed.stderr.read()
     _assert_resumed_pays_for_exactly_100(first, store, fake_provider)
 
 
 def test_runs_resume_refuses_a_run_still_running_before_the_command_starts(fake_url, fake_provider, store, tmp_path):
-    job = _start([sys.executable, "-m", "workbench.demo.batch", fake_url, "--calls", "5", "--pause-after", "2"], store.path)
+    job = batch.start(fake_url, store.path, "--pause-after", "2", calls=5)
     try:
         run_id = job.stdout.readline().strip()
-        while _count(store, "SELECT count(*) AS n FROM runs WHERE run_id = ?", [run_id]) < 1:
+        while batch.stored_count(store.path, run_id, "runs") < 1:
             time.sleep(0.05)
         marker = tmp_path / "started"
         refused = subprocess.run(

@@ -212,7 +212,7 @@ class RunScope:
         from workbench.capture.recorder import recorder
 
         run = Run(self.name, self.kind, self.tags, current_run(), self.prompt)
-        if run.parent is None:
+        if run.parent is None and recorder().settings.capture:
             _hold_process_lock(recorder().settings.work_dir)
             if self.resume is None and os.environ.get(RESUME_ENV):
                 open_resume(run, None)

@@ -11,7 +11,12 @@ resumes it without the flag."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import workbench
 
@@ -37,6 +42,44 @@ def main(argv: list[str] | None = None) -> None:
                 "model": MODEL, "messages": [{"role": "user", "content": f"Summarise item {item}"}]})
             reply.raise_for_status()
             print(f"done {item + 1}", flush=True)
+
+
+def start(url: str, db: Path, *options: str, calls: int = 100, via: tuple[str, ...] = ()) -> subprocess.Popen:
+    """The job in a process of its own recording into `db` (`via`: a command to run it through,
+    such as `workbench runs resume RUN_ID --`); its stdout and stderr are pipes."""
+    command = [*via, sys.executable, "-m", "workbench.demo.batch", url, "--calls", str(calls), *options]
+    return subprocess.Popen(command, env={**os.environ, "WORKBENCH_DB": str(db)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def stored_count(db: Path, run_id: str, table: str = "calls") -> int:
+    """How many rows of `table` (calls or runs) the run has in the store, its spools ingested first."""
+    from workbench.config import spool_dir_of
+    from workbench.store import queries
+
+    def count(con) -> int:
+        frame = queries.run_calls(con, run_id) if table == "calls" else queries.run_detail(con, run_id)
+        return frame.height
+
+    try:
+        return queries.read(db, spool_dir_of(db), count, ingest_wait=True)
+    except queries.StoreMissing:
+        return 0
+
+
+def kill_when_stored(job: subprocess.Popen, db: Path, calls: int, timeout_s: float = 120) -> str:
+    """Wait until the paused job's first `calls` calls are in the store, SIGKILL it, return its run id."""
+    try:
+        run_id = job.stdout.readline().strip()
+        deadline = time.monotonic() + timeout_s
+        while stored_count(db, run_id) < calls:
+            if job.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the batch job ended or stalled before {calls} calls")
+            time.sleep(0.05)
+    finally:  # killed whatever happened: never left paused
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    return run_id
 
 
 if __name__ == "__main__":
