@@ -10,6 +10,7 @@ Appends its results to benchmarks/RESULTS.md."""
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -65,7 +66,8 @@ def main() -> None:
     lines = [
         f"## Resume a killed batch job from the store — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
         "",
-        f"- machine: {platform.system()} {platform.machine()}, Python {platform.python_version()}",
+        f"- machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
+        f"load average {', '.join(f'{load:.1f}' for load in os.getloadavg())} at the end",
         f"- command: `python benchmarks/resume.py --calls {args.calls} --kill-at {args.kill_at}`",
         f"- the job: {args.calls} chat calls in one run through `workbench.http_client()` against the fake provider "
         f"over HTTP, SIGKILLed after call {args.kill_at} (once those calls were in the store: a kill loses at most "
