@@ -13,7 +13,9 @@ import openai
 import pytest
 
 import workbench
+from fixtures.dashboard_app import render
 from workbench.demo import batch
+from workbench.money import format_amount
 
 # the batch job's price row: 15 and 60 cents per million tokens, so a call costs exactly
 # input_tokens x 15 + output_tokens x 60 micro-cents
@@ -35,7 +37,7 @@ def _ask(client: openai.OpenAI, text: str) -> str:
 
 
 def test_a_resumed_run_replays_what_matches_and_goes_live_from_the_first_request_that_differs(fake_url, fake_provider,
-                                                                                                 store):
+                                                                                                 store, monkeypatch):
     client = _sdk(fake_url)
     with workbench.run("job") as first:
         answers = [_ask(client, text) for text in ("a", "b", "c")]
@@ -62,6 +64,12 @@ def test_a_resumed_run_replays_what_matches_and_goes_live_from_the_first_request
                         [second.run_id])
     assert stored[0] == {"replayed": True, "resumed_from_call_id": first.calls[0].call_id,
                          "cassette": f"run {first.run_id}"}
+
+    # the Run explorer says what the resume saved
+    page = render(store.path, monkeypatch, "run_explorer.py", run_id=second.run_id)
+    saved = " ".join(info.value for info in page.info)
+    assert (f"Resumed from run `{first.run_id}`: **1 call** answered from the store, not paid again; it would have "
+            f"cost **{format_amount(billed.replayed_cost_micros, 'USD')}**") in saved
 
 
 def test_a_resume_of_a_resume_answers_from_the_first_run_and_streams_replay_as_streams(fake_url, fake_provider, store):
@@ -149,6 +157,10 @@ def _assert_resumed_pays_for_exactly_100(first: str, store, fake_provider) -> No
                             "--db", str(store.path)], capture_output=True, text=True, check=True)
     saved = json.loads(shown.stdout)["resume"]
     assert saved == {"replayed_calls": 60, "saved_cost_micros": saved_micros, "unpriced": 0, "currency": "USD"}
+    table = subprocess.run([sys.executable, "-m", "workbench", "runs", "show", resumed["run_id"], "--db", str(store.path)],
+                           capture_output=True, text=True, check=True).stdout
+    assert (f"resumed from run {first}: 60 calls answered from the store, not paid again; they would have cost "
+            f"{format_amount(saved_micros, 'USD')}") in " ".join(table.split())
 
 
 def test_a_batch_job_killed_at_call_60_and_resumed_pays_for_exactly_100_calls(fake_url, fake_provider, store):

@@ -229,10 +229,12 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="a run id, or its start
     billed = Billed.of_row(row)
     console.print(f"billed: {billed if billed is not None else 'no calls'}; tags {row['tags']}")
     if row["resumed_from_run_id"] or saved["replayed_calls"]:
-        console.print(f"resumed from run {row['resumed_from_run_id']}: {saved['replayed_calls']:,} calls answered from "
-                      f"the store, not paid again; they would have cost "
-                      f"{_money(saved['saved_cost_micros'], saved['currency'])} ({saved['unpriced']:,} unpriced)")
-    _emit(shown.drop("call_id"), fmt, "calls")
+        count = saved["replayed_calls"]
+        console.print(f"resumed from run {row['resumed_from_run_id']}: {count:,} call{'' if count == 1 else 's'} "
+                      f"answered from the store, not paid again; "
+                      f"{'it' if count == 1 else 'they'} would have cost {_money(saved['saved_cost_micros'], saved['currency'])}"
+                      + (f" ({saved['unpriced']:,} unpriced)" if saved["unpriced"] else ""))
+    _emit(shown.drop("call_id", "resumed_from_call_id"), fmt, "calls")  # the ids are in CSV and JSON
     for index, call in enumerate(calls.iter_rows(named=True)):
         console.rule(f"call {index + 1}: {call['model']}")
         console.print(_transcript(call["request_json"]))
