@@ -52,8 +52,9 @@ saved = data["resume"].row(0, named=True)
 if run["resumed_from_run_id"] or saved["replayed_calls"]:
     would = ui.money(saved["saved_cost_micros"], saved["currency"] or "USD", saved["unpriced"])
     count = saved["replayed_calls"]
-    st.info(f"Resumed from run `{run['resumed_from_run_id']}`: **{count:,} call{'' if count == 1 else 's'}** answered "
-            f"from the store, not paid again; {'it' if count == 1 else 'they'} would have cost **{would}**.",
+    # our own ids and figures only: nothing recorded is rendered here
+    st.info(f"Resumed from run {run['resumed_from_run_id']}: {count:,} call{'' if count == 1 else 's'} answered "
+            f"from the store, not paid again; {'it' if count == 1 else 'they'} would have cost {would}.",
             icon=":material/replay:")
 if run["status"] == "failed":
     st.warning(f"**{run['error_code'] or run['error_type'] or 'failed'}**: {run['error_message'] or ''}",

@@ -68,8 +68,8 @@ def test_a_resumed_run_replays_what_matches_and_goes_live_from_the_first_request
     # the Run explorer says what the resume saved
     page = render(store.path, monkeypatch, "run_explorer.py", run_id=second.run_id)
     saved = " ".join(info.value for info in page.info)
-    assert (f"Resumed from run `{first.run_id}`: **1 call** answered from the store, not paid again; it would have "
-            f"cost **{format_amount(billed.replayed_cost_micros, 'USD')}**") in saved
+    assert (f"Resumed from run {first.run_id}: 1 call answered from the store, not paid again; it would have "
+            f"cost {format_amount(billed.replayed_cost_micros, 'USD')}.") in saved
 
 
 def test_a_resume_of_a_resume_answers_from_the_first_run_and_streams_replay_as_streams(fake_url, fake_provider, store):
