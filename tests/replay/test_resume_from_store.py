@@ -4,6 +4,7 @@ call that paid), and send the rest; a killed 100-call batch job resumed pays for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -96,6 +97,34 @@ def test_a_resume_of_a_resume_answers_from_the_first_run_and_streams_replay_as_s
     assert all(call.settled for call in third.calls)
     assert (third.billed.calls, third.billed.replayed_calls) == (1, 3)
     assert (second.billed.calls, second.billed.replayed_calls) == (0, 2)
+
+
+def test_async_clients_and_the_sdks_own_instrumented_clients_resume_too(fake_url, fake_provider, store):
+    workbench.instrument()
+    try:
+        plain = openai.OpenAI(base_url=f"{fake_url}/v1", api_key="sk-fake-workbench", max_retries=0)  # its own client
+        asynchronous = openai.AsyncOpenAI(base_url=f"{fake_url}/v1", api_key="sk-fake-workbench", max_retries=0,
+                                          http_client=workbench.async_http_client())
+
+        async def job():
+            _ask(plain, "one")
+            reply = await asynchronous.chat.completions.create(model="wbt-gpt",
+                                                               messages=[{"role": "user", "content": "two"}])
+            return reply.choices[0].message.content
+
+        async def twice():
+            async with workbench.run("mixed") as first:
+                await job()
+            async with workbench.run("mixed", resume=first.run_id) as again:
+                answer = await job()
+            return first, again, answer
+
+        first, again, answer = asyncio.run(twice())
+    finally:
+        workbench.uninstrument()
+    assert len(fake_provider.requests) == 2 and answer == "echo: two"
+    assert [call.resumed_from_call_id for call in again.calls] == [call.call_id for call in first.calls]
+    assert (again.billed.calls, again.billed.replayed_calls) == (0, 2)
 
 
 def test_bad_resume_input_is_refused_before_anything_is_sent(fake_url, fake_provider, store):
