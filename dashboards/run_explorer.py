@@ -64,6 +64,14 @@ st.text(" · ".join((
     "prompt " + ui.prompt_label(run["prompt_id"], run["prompt_version"]),
     "tags " + (", ".join(run["tag_list"] or []) or "–"),
     *([f"inside run {run['parent_run_id']}"] if run["parent_run_id"] else []))))
+saved = data["resume"].row(0, named=True)
+if run["resumed_from_run_id"] or saved["replayed_calls"]:
+    would = ui.money(saved["saved_cost_micros"], saved["currency"] or "USD", saved["unpriced"])
+    count = saved["replayed_calls"]
+    # our own ids and figures only: nothing recorded is rendered here
+    st.info(f"Resumed from run {run['resumed_from_run_id']}: {count:,} call{'' if count == 1 else 's'} answered "
+            f"from the store, not paid again; {'it' if count == 1 else 'they'} would have cost {would}.",
+            icon=":material/replay:")
 if run["status"] == "failed":
     st.warning("This run failed, with the error below.", icon=":material/error:")
     st.code(f"{run['error_code'] or run['error_type'] or 'failed'}: {run['error_message'] or ''}", language=None,

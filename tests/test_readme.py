@@ -149,6 +149,16 @@ def test_the_python_samples_capture_and_bill_through_the_real_sdk(project, fake_
     assert result.stdout.splitlines()[1].split()[:2] == ["1", "0"]  # one call answered, none unsettled
 
 
+def test_the_resume_sample_pays_only_for_what_the_earlier_run_did_not_answer(project, fake_provider_env):
+    sample = next(body for body in blocks("python") if "resume=first.run_id" in body)
+    script = project / "resume_sample.py"
+    script.write_text(sample)
+    result = subprocess.run([sys.executable, str(script)], cwd=project, capture_output=True, text=True, timeout=120,
+                            env=environment(project, **fake_provider_env))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "2"]
+
+
 def record_then_replay(project: Path, env: dict[str, str], sample_mark: str, test_file: str) -> None:
     """A README pytest sample, run with the README's two commands: recorded against the fake
     provider the README starts, then replayed with neither the provider nor the key."""

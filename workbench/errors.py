@@ -24,6 +24,7 @@ CODES: dict[str, str] = {
     "WB_STORE_UNWRITABLE": "the store cannot be created or written: a full disk, a read-only file system, permissions",
     "WB_RUN_NOT_FOUND": "no run with that id is in the store",
     "WB_RUN_AMBIGUOUS": "the start of a run id given matches several runs",
+    "WB_RUN_STILL_RUNNING": "the run to resume is still running in a live process",
     "WB_PORT_UNAVAILABLE": "the port to serve on is taken or not allowed",
     "WB_COLLECT_TOKEN": "workbench collect would listen beyond loopback without WORKBENCH_COLLECT_TOKEN, or the token is too short",
     "WB_PROVIDER_ERROR": "the provider answered with an error that retries did not clear",

@@ -28,3 +28,27 @@ def exclusive(lock_path: Path, wait: bool = True) -> Iterator[bool]:
         yield True
     finally:
         lock.release()
+
+
+def hold(lock_path: Path):
+    """Take the lock at `lock_path` for as long as the returned object lives (a process that dies
+    releases it); None when another holder has it."""
+    from filelock import FileLock, Timeout
+
+    lock_path = Path(lock_path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(lock_path, mode=0o600)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return None
+    return lock
+
+
+def held(lock_path: Path) -> bool:
+    """Is the lock at `lock_path` held by some process (this one included) now?"""
+    lock = hold(lock_path)
+    if lock is None:
+        return True
+    lock.release()
+    return False

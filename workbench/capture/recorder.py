@@ -79,6 +79,7 @@ class Recorder:
         call.first_byte_at = _time(pending.first_byte_ns) if pending.first_byte_ns else None
         priced(call, self.registry)  # at the price in force when the call started
         call.replayed, call.cassette, call.request_hash = pending.replayed, pending.cassette, pending.request_hash
+        call.resumed_from_call_id = pending.resumed_from_call_id
         # what the transport saw (a cut, an abandoned stream) explains a half body the parser could
         # not read; a provider's own error type is kept
         if error and call.error_type in (None, "unparseable"):

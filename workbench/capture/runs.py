@@ -5,9 +5,11 @@ to the run and to every run around it, and stores a run that raised as failed wi
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import inspect
 import json
+import os
 import threading
 from contextvars import ContextVar, Token
 from datetime import datetime
@@ -20,6 +22,7 @@ from pydantic import BaseModel
 
 from workbench.ids import new_id
 from workbench.capture import clock, semconv
+from workbench.capture.route import RESUME_ENV, open_resume
 from workbench.capture.tracing import tracer
 from workbench.money import format_amount, format_bill, format_priced, minor_units
 from workbench.wire.call import Call
@@ -118,6 +121,10 @@ class Run:
         self.ended_at: datetime | None = None
         self.calls: list[Call] = []
         self.span: trace.Span | None = None
+        self.resumed_from_run_id: str | None = None
+        # what answers this run's calls (and its inner runs') before the network: a resumed run's
+        # earlier answers, set by replay (`workbench.replay.resume`)
+        self.source: object | None = None
         self._billed = _Tally()
         self._attributed = 0  # calls billed here, from this run or a run inside it
         self._lock = threading.Lock()
@@ -180,6 +187,7 @@ class Run:
             "span_id": format(context.span_id, "016x") if context else None,
             "prompt_id": self.prompt.get("prompt_id"), "prompt_version": self.prompt.get("prompt_version"),
             "prompt_hash": self.prompt.get("prompt_hash"),
+            "resumed_from_run_id": self.resumed_from_run_id, "process_lock": _process_lock,
             **{
                 f"billed_{name}": (getattr(billed, name) if bill else None)
                 for name in (
@@ -195,14 +203,21 @@ class RunScope:
     """What `workbench.run(...)` returns: a sync or async context manager, or a decorator that
     opens a fresh run on every call of the function it wraps."""
 
-    def __init__(self, name: str, kind: str = "app", prompt: dict | None = None, **tags) -> None:
-        self.name, self.kind, self.prompt, self.tags = name, kind, prompt, tags
+    def __init__(self, name: str, kind: str = "app", prompt: dict | None = None, resume: str | None = None,
+                 **tags) -> None:
+        self.name, self.kind, self.prompt, self.resume, self.tags = name, kind, prompt, resume, tags
         self._open: list[tuple[Run, Token, object]] = []
 
     def __enter__(self) -> Run:
         from workbench.capture.recorder import recorder
 
         run = Run(self.name, self.kind, self.tags, current_run(), self.prompt)
+        if run.parent is None and recorder().settings.capture:
+            _hold_process_lock(recorder().settings.work_dir)
+            if self.resume is None and os.environ.get(RESUME_ENV):
+                open_resume(run, None)
+        if self.resume is not None:  # bad input raises here, before anything is recorded
+            open_resume(run, self.resume)
         attributes = {semconv.RUN_ID: run.run_id, semconv.RUN_NAME: run.name, semconv.RUN_KIND: run.kind}
         if run.kind == "agent":
             span_name = f"invoke_agent {run.name}"
@@ -254,22 +269,60 @@ class RunScope:
 
             @functools.wraps(function)
             async def async_wrapper(*args, **kwargs):
-                async with RunScope(self.name, self.kind, self.prompt, **self.tags):
+                async with RunScope(self.name, self.kind, self.prompt, self.resume, **self.tags):
                     return await function(*args, **kwargs)
 
             return async_wrapper
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
-            with RunScope(self.name, self.kind, self.prompt, **self.tags):
+            with RunScope(self.name, self.kind, self.prompt, self.resume, **self.tags):
                 return function(*args, **kwargs)
 
         return wrapper
 
 
-def run(name: str, kind: str = "app", prompt: dict | None = None, **tags) -> RunScope:
-    """Open a run: `with run("checkout", user="u1") as r: ...`, `async with`, or `@run("job")`."""
-    return RunScope(name, kind, prompt, **tags)
+def run(name: str, kind: str = "app", prompt: dict | None = None, resume: str | None = None, **tags) -> RunScope:
+    """Open a run: `with run("checkout", user="u1") as r: ...`, `async with`, or `@run("job")`.
+
+    `resume=RUN_ID` (or its start): every call the earlier run (or the runs it resumed) answered is
+    answered again from the store, marked replayed, until a request differs; see the README."""
+    return RunScope(name, kind, prompt, resume, **tags)
+
+
+# The lock this process holds while it lives, named on its runs' rows: a run stored as `running`
+# whose lock is free was killed, and may be resumed (`workbench.replay.resume`). Taken at the first
+# top-level run; never breaks the application (no lock: its runs name none).
+_process_lock: str | None = None
+_process_lock_held: object | None = None
+
+
+def _hold_process_lock(work_dir) -> None:
+    global _process_lock, _process_lock_held
+    if _process_lock_held is not None:
+        return
+    try:
+        from workbench.locks import hold
+
+        path = work_dir / "locks" / "processes" / f"{new_id()}.lock"
+        held = hold(path)
+        if held is not None:  # named by its whole path: the process may record into other stores later
+            _process_lock, _process_lock_held = str(path.resolve()), held
+            owner = os.getpid()  # a forked child's exit leaves its parent's lock file alone
+            atexit.register(lambda: os.getpid() == owner and path.unlink(missing_ok=True))  # killed: resume removes it
+            return
+    except Exception:  # noqa: BLE001 - recording never breaks the application
+        pass
+    _process_lock_held = False  # not tried again: its runs name no lock
+
+
+def _forget_process_lock() -> None:
+    """A forked child holds its parent's lock through the inherited file; it takes its own."""
+    global _process_lock, _process_lock_held
+    _process_lock = _process_lock_held = None
+
+
+os.register_at_fork(after_in_child=_forget_process_lock)
 
 
 def billed_of(exc: BaseException) -> Billed | None:

@@ -32,6 +32,7 @@ RECORDING: ContextVar[bool] = ContextVar("workbench_recording", default=False)
 REPLAYED_FROM = "workbench.replayed_from"
 REQUEST_HASH = "workbench.request_hash"
 REPLAY_SESSION = "workbench.replay_session"  # one load of a cassette: its replayed calls share a cache lineage
+RESUMED_FROM_CALL = "workbench.resumed_from_call"  # answered from the store on a resume: the call that paid
 # the response extension that carries the recorded `Call` once the body is read, when it was parsed
 # then (inside a run): the runtime reads it rather than parsing the same bytes again
 RECORDED_CALL = "workbench.call"
@@ -57,6 +58,7 @@ class Pending:
         self.replayed, self.cassette = False, cassette
         self.request_hash: str | None = None
         self.replay_session: str | None = None
+        self.resumed_from_call_id: str | None = None
         self.method, self.url = request.method, str(request.url)
         self.request_headers = request.headers  # never changed once sent: read when recorded
         self.request_body = request.content
@@ -76,6 +78,7 @@ class Pending:
         self.cassette = response.extensions.get(REPLAYED_FROM) or self.cassette
         self.request_hash = response.extensions.get(REQUEST_HASH)
         self.replay_session = response.extensions.get(REPLAY_SESSION)
+        self.resumed_from_call_id = response.extensions.get(RESUMED_FROM_CALL)
         self.response_headers = response.headers
         self.extensions = response.extensions
 

@@ -216,14 +216,15 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="a run id, or its start
 
     def detail(con):
         whole = queries.resolve_run_id(con, run_id)
-        return queries.run_detail(con, whole), queries.run_calls(con, whole)
+        return queries.run_detail(con, whole), queries.run_calls(con, whole), queries.resume_savings(con, whole)
 
-    run, calls = _read(db, detail)
-    row = run.row(0, named=True)
+    run, calls, resume = _read(db, detail)
+    row, saved = run.row(0, named=True), resume.row(0, named=True)
     if fmt == "json":
-        print(json.dumps({"run": row, "calls": calls.to_dicts()}, indent=2, default=_cell))
+        print(json.dumps({"run": row, "resume": saved, "calls": calls.to_dicts()}, indent=2, default=_cell))
         return
-    shown = calls.select("call_id", "started_at", "model", "replayed", "http_status", "stop_reason", "input_tokens",
+    shown = calls.select("call_id", "started_at", "model", "replayed", "resumed_from_call_id", "http_status",
+                         "stop_reason", "input_tokens",
                          "cache_read_tokens", "cache_write_tokens", "output_tokens", "currency", "cost_micros",
                          "error_type")
     if fmt == "csv":
@@ -236,7 +237,13 @@ def runs_show(run_id: Annotated[str, typer.Argument(help="a run id, or its start
         console.print(f"failed with {row['error_code'] or row['error_type']}: {row['error_message']}")
     billed = Billed.of_row(row)
     console.print(f"billed: {billed if billed is not None else 'no calls'}; tags {row['tags']}")
-    _emit(shown.drop("call_id"), fmt, "calls")
+    if row["resumed_from_run_id"] or saved["replayed_calls"]:
+        count = saved["replayed_calls"]
+        console.print(f"resumed from run {row['resumed_from_run_id']}: {count:,} call{'' if count == 1 else 's'} "
+                      f"answered from the store, not paid again; "
+                      f"{'it' if count == 1 else 'they'} would have cost {_money(saved['saved_cost_micros'], saved['currency'])}"
+                      + (f" ({saved['unpriced']:,} unpriced)" if saved["unpriced"] else ""))
+    _emit(shown.drop("call_id", "resumed_from_call_id"), fmt, "calls")  # the ids are in CSV and JSON
     for index, call in enumerate(calls.iter_rows(named=True)):
         console.rule(f"call {index + 1}: {call['model']}")
         console.print(_transcript(call["request_json"]))
@@ -271,3 +278,33 @@ def _transcript(request_json: str | None) -> str:
     return "\n".join(lines)
 
 
+
+
+@runs_app.command("resume")
+def runs_resume(
+    run_id: Annotated[str, typer.Argument(help="the run to resume: its id, or its start (see `workbench runs list`)")],
+    command: Annotated[list[str], typer.Argument(help="the command that runs the job again, after --")],
+    db: DbOption = None,
+) -> None:
+    """Run COMMAND so that it resumes RUN_ID: the first top-level run it opens under RUN_ID's name is
+    answered from the store, call by call, for every call RUN_ID answered (replayed, not paid),
+    until a request differs. `workbench runs resume 01JX... -- python job.py`; exits with COMMAND's
+    exit code."""
+    import os
+    import subprocess
+
+    from workbench.capture import configure
+    from workbench.capture.route import RESUME_ENV
+    from workbench.replay.resume import resumable
+
+    if db is not None:
+        configure(db=db)
+    row = resumable(run_id)  # unknown, ambiguous or still running: refused before COMMAND starts
+    env = {**os.environ, RESUME_ENV: row["run_id"], **({"WORKBENCH_DB": str(db.resolve())} if db else {})}
+    err_console.print(f"resuming run {row['run_id']} ({row['name']}): {' '.join(command)}")
+    try:
+        code = subprocess.call(command, env=env)
+    except OSError as exc:
+        raise WorkbenchError("WB_CLI_USAGE", f"cannot run {command[0]!r}: {exc}",
+                             f"give the command after --: workbench runs resume {row['run_id']} -- python job.py") from None
+    raise typer.Exit(code)

@@ -81,12 +81,18 @@ def cassette(path: Cassette | Path | str, mode: RecordMode | None = None,
         session.save()
 
 
-def _route(inner, module, asynchronous: bool):
-    session = current()
-    if session is None or isinstance(inner, _BOUND):
+def replaying(session: Cassette, inner, module, asynchronous: bool):
+    """`inner` behind `session`'s replay transport; a client bound to a cassette keeps its own, and
+    a library Workbench does not replay keeps `inner`."""
+    if isinstance(inner, _BOUND):
         return inner
     replay = _REPLAY.get((module, asynchronous))
     return inner if replay is None else replay(session, inner)
+
+
+def _route(inner, module, asynchronous: bool):
+    session = current()
+    return inner if session is None else replaying(session, inner, module, asynchronous)
 
 
 set_router(_route)

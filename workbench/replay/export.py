@@ -11,8 +11,7 @@ from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResp
 from workbench.replay.scrub import scrub
 from workbench.store import queries
 from workbench.store.db import open_store
-
-_CUT_MARKER = "…[workbench: "
+from workbench.wire.redact import CUT_MARKER
 
 
 def export_run(run_id: str, out: Path | str, db: Path | str | None = None, *, within: Path | None = None,
@@ -36,7 +35,7 @@ def export_run(run_id: str, out: Path | str, db: Path | str | None = None, *, wi
     interactions = []
     for row in calls.iter_rows(named=True):
         for side in ("request_json", "response_json"):
-            if row[side] and _CUT_MARKER in row[side]:
+            if row[side] and CUT_MARKER in row[side]:
                 raise WorkbenchError(
                     "WB_CASSETTE_INVALID",
                     f"call {row['call_id']} of run {run_id} was stored with its {side} cut at the body size cap",

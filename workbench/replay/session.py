@@ -130,6 +130,11 @@ class Cassette:
 
         return async_httpx_client(self, **kwargs)
 
+    def origin(self, index: int) -> dict:
+        """Response extensions naming where recording `index` came from (a cassette: none beyond
+        its path; an earlier run in the store names the call that paid)."""
+        return {}
+
     def record(self, interaction: Interaction) -> None:
         """Keep a new recording, and write the file: at once while the cassette is small, at most
         once a second once it is large, and less often still as a save grows slow (rewriting it per

@@ -177,7 +177,8 @@ def build(httpx: ModuleType):
                 return httpx.Response(
                     recorded.status, headers=_headers(recorded.headers),
                     stream=stream_type(_chunks(recorded.body, content_type)),
-                    extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest, REPLAY_SESSION: cassette.session},
+                    extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest, REPLAY_SESSION: cassette.session,
+                                **cassette.origin(index)},
                 )
         if cassette.mode == "replay":
             error = miss_error(cassette, request.method, request.uri, request.body, digest)

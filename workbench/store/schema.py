@@ -248,6 +248,17 @@ MIGRATIONS: list[tuple[str, str]] = [
             output VARCHAR, scores VARCHAR, error VARCHAR, PRIMARY KEY (eval_run_id, case_id, epoch));
         """,
     ),
+    (
+        "0009_resume_links",
+        """
+        -- `workbench.run(name, resume=RUN_ID)`: a call answered from the store instead of the provider
+        -- names the call that paid for the answer (replayed is true, cassette is `run <id>`)
+        ALTER TABLE calls ADD COLUMN resumed_from_call_id VARCHAR;
+        ALTER TABLE runs ADD COLUMN resumed_from_run_id VARCHAR;  -- the earlier run this one resumed
+        -- the lock file (its path) its process holds while it lives: a `running` run whose lock is free was killed
+        ALTER TABLE runs ADD COLUMN process_lock VARCHAR;
+        """,
+    ),
 ]
 
 

@@ -63,6 +63,7 @@ class Call:
     settled: bool = False  # the provider reported usage
     replayed: bool = False
     cassette: str | None = None
+    resumed_from_call_id: str | None = None  # answered from the store on a resume: the call that paid
     refusal: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     output_text: str | None = None

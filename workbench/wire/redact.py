@@ -230,8 +230,11 @@ def credential_values(headers: Mapping[str, str] | Iterable[tuple[str, str]], ur
     return sorted(kept, key=len, reverse=True)
 
 
+CUT_MARKER = "…[workbench: "  # starts what a body cut at the cap ends with
+
+
 def cap_text(text: str | None, limit: int) -> str | None:
     """`text` cut to `limit` characters, with a marker saying how much was dropped."""
     if text is None or len(text) <= limit:
         return text
-    return text[:limit] + f"…[workbench: {len(text) - limit} more characters cut]"
+    return text[:limit] + f"{CUT_MARKER}{len(text) - limit} more characters cut]"

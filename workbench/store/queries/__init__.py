@@ -31,7 +31,7 @@ from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend
 from workbench.store.queries.ledger import BUILT_IN, OTHERS, TIME_KEYS, key_columns, spend_by, tag_keys, top_n
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
 from workbench.store.queries.insight import miss_reasons, changing_regions, write_waste, call_verdicts, run_turn_events, compaction_sources
-from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, eval_matrices, eval_matrix, eval_matrix_case, eval_matrix_case_ids, run_choices, run_tree, run_calls, resolve_run_id, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
+from workbench.store.queries.runs import compaction_totals, compactions_by_day, compaction_events, compaction_top_runs, has_tables, evals_available, eval_history, eval_cases, eval_matrices, eval_matrix, eval_matrix_case, eval_matrix_case_ids, run_choices, run_tree, run_calls, resolve_run_id, resume_answers, resume_savings, run_detail, run_exchanges, run_spans, run_compactions, prompt_runs_for_cases
 from workbench.store.queries.runtime import last_checkpoint, response_cache_hits
 
 
@@ -86,7 +86,7 @@ def explorer_page(con: duckdb.DuckDBPyConnection, f: Filters, run_id: str | None
         out = {"choices": run_choices(con, f)}
     if run_id:
         out.update(tree=run_tree(con, run_id), calls=run_calls(con, run_id), spans=run_spans(con, run_id),
-                   compactions=run_compactions(con, run_id))
+                   compactions=run_compactions(con, run_id), resume=resume_savings(con, run_id))
         out.update(verdicts=call_verdicts(con, out["calls"]["call_id"].to_list()),
                    turns=run_turn_events(con, out["tree"]["run_id"].to_list()))
     return out
@@ -107,7 +107,7 @@ __all__ = [
     "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
     "has_tables", "ingest_pending", "key_columns", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
     "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
-    "prompt_runs_for_cases", "quarantined_records", "run_tree", "scope", "spend_by", "tag_keys", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
+    "prompt_runs_for_cases", "quarantined_records", "resume_answers", "resume_savings", "run_tree", "scope", "spend_by", "tag_keys", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
     "store_counts", "top_n", "top_run_names", "top_runs", "unknown_when_unpriced", "unpriced_models", "unstable_prefix_runs"
 ]
 

@@ -216,7 +216,7 @@ def run_calls(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
                coalesce(c.model_served, c.model_requested) AS model, c.http_status, c.stop_reason, c.error_type,
                c.error_message, c.settled, c.replayed, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
                c.output_tokens, c.reasoning_tokens, c.cost_micros, c.currency, c.price_source, c.tool_names,
-               c.span_id, c.prompt_id, c.prompt_version
+               c.span_id, c.prompt_id, c.prompt_version, c.resumed_from_call_id
         FROM calls c WHERE list_contains($ids, c.run_id) ORDER BY c.started_at, c.call_id""",
                    {"ids": _subtree_ids(con, run_id)})
     bodies = _frame(con, """
@@ -256,6 +256,41 @@ def run_exchanges(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
     bodies = _frame(con, "SELECT call_id, request_json, response_json FROM call_bodies WHERE list_contains($ids, call_id)",
                     {"ids": calls["call_id"].to_list()})
     return calls.join(bodies, on="call_id", how="left", maintain_order="left")
+
+
+def resume_answers(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
+    """What a resume of `run_id` answers from the store: every call the run (and the runs inside it)
+    answered whole (a 2xx, nothing cut), in order, with its bodies and `origin_call_id`, the call
+    that paid for the answer. A run that answered nothing itself (killed while it was still
+    replaying, or before its first call) hands on what the run it resumed answered."""
+    seen: set[str] = set()
+    while True:
+        seen.add(run_id)
+        calls = _frame(con, """
+            SELECT c.call_id, coalesce(c.resumed_from_call_id, c.call_id) AS origin_call_id,
+                   c.resumed_from_call_id IS NOT NULL AS resumed, c.method, c.url, c.stream, c.http_status,
+                   c.request_hash
+            FROM calls c WHERE list_contains($ids, c.run_id) AND c.http_status BETWEEN 200 AND 299
+                AND c.error_type IS NULL ORDER BY c.started_at, c.call_id""", {"ids": _subtree_ids(con, run_id)})
+        earlier = _frame(con, "SELECT resumed_from_run_id FROM runs WHERE run_id = $run_id", {"run_id": run_id})
+        parent = earlier["resumed_from_run_id"][0] if earlier.height else None
+        if calls.filter(~pl.col("resumed")).height or parent is None or parent in seen:
+            break
+        run_id = parent
+    bodies = _frame(con, "SELECT call_id, request_json, response_json FROM call_bodies WHERE list_contains($ids, call_id)",
+                    {"ids": calls["call_id"].to_list()})
+    return calls.join(bodies, on="call_id", how="left", maintain_order="left")
+
+
+def resume_savings(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
+    """What resuming saved the run and the runs inside it: the calls answered from an earlier run
+    in the store, and what they would have cost (exact, priced as the run's bill prices its replayed
+    calls; `unpriced` of them had no price)."""
+    return _frame(con, """
+        SELECT count(*) AS replayed_calls, coalesce(sum(c.cost_micros), 0)::BIGINT AS saved_cost_micros,
+               count(*) FILTER (WHERE c.cost_micros IS NULL) AS unpriced, any_value(c.currency) AS currency
+        FROM calls c WHERE list_contains($ids, c.run_id) AND c.resumed_from_call_id IS NOT NULL""",
+                  {"ids": _subtree_ids(con, run_id)})
 
 
 def run_spans(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
