@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 __all__ = [
-    "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "count_tokens",
+    "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "Served", "count_tokens",
     "FakeTransport", "AsyncFakeTransport", "HttpxFakeTransport", "AsyncHttpxFakeTransport",
     "make_transports",
 ]
@@ -97,6 +97,19 @@ class FakeRequest:
     @property
     def wire(self) -> str | None:
         return _wire_of(self.method, self.path)
+
+
+@dataclass
+class Served:
+    """One answer the provider generated and billed, as its own log of what it served: the
+    reference a test compares a store with. ``usage`` holds the disjoint counters it reported
+    (``input_tokens`` uncached, ``cache_read_tokens``, ``cache_write_tokens``, ``output_tokens``,
+    ``reasoning_tokens``), or None when it reported none (``usage_reported=False``)."""
+
+    wire: str
+    model: str
+    stream: bool
+    usage: dict[str, int] | None
 
 
 @dataclass
@@ -335,6 +348,7 @@ class FakeProvider:
         with self._lock:
             self._queue: deque[Reply] = deque()
             self.requests: list[FakeRequest] = []
+            self.served: list[Served] = []  # every answer generated (errors and overflows are not)
             self._anthropic_cache: dict[str, float] = {}  # prefix hash -> when it expires
             self._openai_cache: dict[str, float] = {}
             self._seq = itertools.count(1)
@@ -417,10 +431,13 @@ class FakeProvider:
         read, write = (self._anthropic_caching(model, segs) if wire.startswith("anthropic")
                        else self._openai_caching(model, prompt, total))
         turn = self._turn(n, wire, body, model, reply, total, read, write)
+        stream = bool(body.get("stream"))
+        reported = turn.usage_reported and (not stream or wire != "openai.chat"
+                                            or bool((body.get("stream_options") or {}).get("include_usage")))
+        self.served.append(Served(wire, turn.model, stream, dict(turn.usage) if reported else None))
         idh, render = _RENDERERS[wire]
         if reply.retry_after is not None:
             extra["retry-after"] = f"{reply.retry_after:g}"
-        stream = bool(body.get("stream"))
         obj_or_events = render(turn, body, stream)
         if stream:
             events = obj_or_events

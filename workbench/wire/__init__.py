@@ -69,7 +69,9 @@ def _headers(headers: dict[str, str]) -> dict[str, str]:
 
 
 def is_complete(wire: Wire, body: bytes, content_encoding: str | None = None) -> bool:
-    """Did a streamed body reach its protocol's end (`[DONE]`, `message_stop`, `response.completed`)?"""
+    """Did a streamed body reach its protocol's end, or the point where its usage is final (each
+    wire module's `is_complete` says where: an Anthropic `message_delta` with usage, an OpenAI chat
+    usage chunk after the finish reason, a Responses `response.completed`)?"""
     parser = _PARSERS.get(wire)
     if parser is None:
         return True
