@@ -1,7 +1,8 @@
-"""A deterministic, scriptable fake LLM provider speaking three real wire formats.
+"""A deterministic, scriptable fake LLM provider speaking four real wire formats.
 
-It answers ``POST /v1/chat/completions`` (OpenAI chat), ``POST /v1/responses`` (OpenAI Responses)
-and ``POST /v1/messages`` (Anthropic Messages; also ``/v1/messages/count_tokens``), as JSON or as
+It answers ``POST /v1/chat/completions`` (OpenAI chat), ``POST /v1/responses`` (OpenAI Responses),
+``POST /v1/embeddings`` (see ``fake_embeddings``) and ``POST /v1/messages`` (Anthropic Messages;
+also ``/v1/messages/count_tokens``), as JSON or as
 SSE when the body says ``"stream": true``, closely enough that the real ``openai`` and ``anthropic``
 SDKs parse it, helpers included. ``FakeProvider.handle`` is the one core function; it is pure
 Python and does no I/O. ``fake_server`` serves it over real HTTP (``workbench fake-provider``); the transports
@@ -53,6 +54,8 @@ from collections import deque
 from email.utils import formatdate
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
+
+from workbench.demo.fake_embeddings import inputs_of, render_embeddings
 
 __all__ = [
     "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "Served", "count_tokens",
@@ -183,6 +186,7 @@ def _wire_of(method: str, path: str) -> str | None:
     if method.upper() != "POST":
         return None
     for suffix, wire in (("/chat/completions", "openai.chat"), ("/responses", "openai.responses"),
+                         ("/embeddings", "openai.embeddings"),
                          ("/messages/count_tokens", "anthropic.count_tokens"),
                          ("/messages", "anthropic.messages")):
         if path.endswith(suffix):
@@ -406,6 +410,8 @@ class FakeProvider:
         if not isinstance(body, dict):
             return _error_response(wire, 400, rid, message="We could not parse the JSON body of your request.")
         model = body.get("model") or "fake-model"
+        if wire == "openai.embeddings":
+            return self._embeddings(body, model, rid)
         if wire.startswith("anthropic"):
             segs = _anthropic_segments(body)
             total = sum(count_tokens(t) for _, t, _ in segs)
@@ -451,6 +457,18 @@ class FakeProvider:
                 resp.chunks, resp.cut = [resp.chunks[0][: len(resp.chunks[0]) // 2]], True
         resp.delay_s, resp.linger_s = reply.delay_s, reply.linger_s
         return resp
+
+    def _embeddings(self, body: dict, model: str, rid: str) -> FakeResponse:
+        texts = inputs_of(body)
+        if texts is None:
+            return _error_response("openai.embeddings", 400, rid, message="'input' must be a string or a list of strings",
+                                   param="input")
+        tokens = sum(count_tokens(text) for text in texts)
+        self.served.append(Served("openai.embeddings", model, False, {
+            "input_tokens": tokens, "cache_read_tokens": 0, "cache_write_tokens": 0, "output_tokens": 0,
+            "reasoning_tokens": 0}))
+        return _json_response(200, render_embeddings(texts, model, tokens, body.get("encoding_format")),
+                              {"x-request-id": rid})
 
     def _overflow(self, wire: str, rid: str, total: int, limit: int) -> FakeResponse:
         if wire.startswith("anthropic"):

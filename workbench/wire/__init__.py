@@ -11,7 +11,7 @@ import json
 from urllib.parse import urlsplit
 
 from workbench.models import ModelRegistry, price_with
-from workbench.wire import anthropic_messages, openai_chat, openai_responses
+from workbench.wire import anthropic_messages, openai_chat, openai_embeddings, openai_responses
 from workbench.wire.call import Call, Exchange, ToolCall, Wire
 from workbench.wire.canonical import request_hash
 from workbench.wire.decode import decode_body
@@ -26,6 +26,7 @@ _PARSERS = {
     "openai.chat": openai_chat,
     "openai.responses": openai_responses,
     "anthropic.messages": anthropic_messages,
+    "openai.embeddings": openai_embeddings,
 }
 # host suffix -> provider; anything else is named by its host
 _HOSTS = {
@@ -51,6 +52,8 @@ def wire_of(method: str, url: str) -> Wire:
         return "openai.responses"
     if path.endswith("/messages"):
         return "anthropic.messages"
+    if path.endswith("/embeddings"):
+        return "openai.embeddings"
     return "unknown"
 
 
