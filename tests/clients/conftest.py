@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 import workbench
-from fixtures.capture_store import Store, register_test_models
-from workbench.config import settings
+from fixtures.capture_store import store_under
 
 # LiteLLM fetches its model price map from GitHub when imported unless told to use its bundled copy
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -19,15 +18,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Record into tmp_path/wb.duckdb (the replay session keeps its played records beside it too)."""
-    db = tmp_path / "wb.duckdb"
-    monkeypatch.setenv("WORKBENCH_DB", str(db))
-    monkeypatch.delenv("WORKBENCH_RECORD_MODE", raising=False)
-    settings.cache_clear()
-    register_test_models()
-    workbench.configure(db=db)
-    yield Store(db)
-    settings.cache_clear()
+    yield from store_under(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 
-from fixtures.capture_store import assert_matches_served
+from fixtures.capture_store import check_live, check_replay
 from langchain_anthropic import ChatAnthropic
 from langchain_openai import ChatOpenAI
-from workbench.demo.fake_server import serve
 
 import workbench
-from workbench.demo.fake_provider import FakeProvider
 
 PROMPT = "Say hello"
 
@@ -45,29 +43,9 @@ def _drive(url: str) -> list[str]:
     return seen
 
 
-def test_every_langchain_call_is_recorded_once_with_exact_usage_and_cost(store, instrumented):
-    provider = FakeProvider()
-    with serve(provider) as url, workbench.run("langchain") as run:
-        seen = _drive(url)
-    assert all(text == "echo: Say hello" for text in seen), seen
-    rows = store.calls()
-    assert_matches_served(rows, provider.served)
-    assert len(rows) == 8 and all(row["run_id"] == run.run_id for row in rows)
-    assert (run.billed.calls, run.billed.unsettled) == (8, 0)
-    assert run.billed.cost_micros == sum(row["cost_micros"] for row in rows)
+def test_every_langchain_call_is_recorded_once_with_exact_usage_and_cost(instrumented):
+    check_live(_drive, "echo: Say hello")
 
 
-def test_langchain_replays_offline_from_a_recorded_cassette(store, instrumented, tmp_path):
-    cassette = tmp_path / "langchain.json"
-    provider = FakeProvider()
-    with serve(provider) as url:
-        with workbench.cassette(cassette, mode="record"):
-            live = _drive(url)
-    assert len(provider.requests) == 8
-    with workbench.cassette(cassette, mode="replay") as session:
-        replayed = _drive(url)  # the server is gone: every answer comes from the cassette
-    assert replayed == live and session.misses == []
-    rows = store.calls()
-    assert [row["replayed"] for row in rows] == [False] * 8 + [True] * 8
-    assert [(row["cost_micros"], row["error_type"]) for row in rows[8:]] == [
-        (row["cost_micros"], None) for row in rows[:8]]
+def test_langchain_replays_offline_from_a_recorded_cassette(instrumented, tmp_path):
+    check_replay(_drive, tmp_path / "langchain.json")
