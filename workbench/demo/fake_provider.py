@@ -352,10 +352,10 @@ class FakeProvider:
         with self._lock:
             self._queue: deque[Reply] = deque()
             self.requests: list[FakeRequest] = []
-            self.served: list[Served] = []  # every answer generated (errors and overflows are not)
             self._anthropic_cache: dict[str, float] = {}  # prefix hash -> when it expires
             self._openai_cache: dict[str, float] = {}
             self._seq = itertools.count(1)
+            self.served: list[Served] = []  # every answer generated (errors and overflows are not)
 
     def clear_script(self) -> None:
         """Drop the scripted replies not served yet (the caches and recorded requests stay)."""
