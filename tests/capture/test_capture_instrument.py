@@ -94,3 +94,17 @@ def test_clients_on_custom_transports_are_recorded_built_before_or_after(store):
         workbench.uninstrument()
     assert_matches_served(store.calls(), provider.served)
     assert len(provider.served) == 2
+
+
+def test_in_process_transports_are_left_alone_even_inside_a_cassette(store, tmp_path):
+    """An app under test (ASGI/WSGI) or a mock has no provider behind it: not recorded, and never
+    answered from a test's cassette in its place."""
+    mock = httpx2.Client(transport=httpx2.MockTransport(lambda request: httpx2.Response(200, json={"ok": True})))
+    workbench.instrument()
+    try:
+        with workbench.cassette(tmp_path / "empty.json", mode="replay") as session:
+            assert mock.post("http://app.test/v1/chat/completions", json={"model": "wbt-gpt"}).json() == {"ok": True}
+    finally:
+        workbench.uninstrument()
+    workbench.flush()
+    assert session.misses == [] and not store.path.exists()  # nothing recorded: no store was even created

@@ -17,6 +17,10 @@ from workbench.capture.transport import build
 RecordingTransport, AsyncRecordingTransport = build(httpx2)
 HttpxRecordingTransport, AsyncHttpxRecordingTransport = build(httpx)
 _RECORDING_TRANSPORTS = (RecordingTransport, AsyncRecordingTransport, HttpxRecordingTransport, AsyncHttpxRecordingTransport)
+# the transports that answer inside the process (an app under test, a mock): no provider behind them,
+# and a test's ambient cassette must not stand in for them
+_IN_PROCESS = tuple(getattr(module, name) for module in (httpx, httpx2)
+                    for name in ("ASGITransport", "WSGITransport", "MockTransport"))
 
 # what the official SDKs set on their own default clients
 _DEFAULTS = {"timeout": 600.0, "follow_redirects": True}
@@ -62,8 +66,9 @@ def instrument() -> None:
     transport, and LiteLLM's async client, whose transport sends through aiohttp. The wrap is at
     the client's choice of transport (the one step every client takes per request), so a client
     built before `instrument()` is seen too. A client built with `http_client()` is recorded once,
-    not twice. Not seen: HTTP sent without an httpx client (a bare aiohttp session, `requests`,
-    urllib). `uninstrument()` undoes it."""
+    not twice. Not seen: httpx's in-process transports (ASGI, WSGI, `MockTransport`: an app under
+    test or a mock, no provider), and HTTP sent without an httpx client (a bare aiohttp session,
+    `requests`, urllib). `uninstrument()` undoes it."""
     if _instrumented:
         return
     for module, (sync_recording, async_recording) in (
@@ -82,7 +87,7 @@ def _recorded_transport(original, recording):
 
     def _transport_for_url(self, url):
         transport = original(self, url)
-        if isinstance(transport, _RECORDING_TRANSPORTS) or _RECORDING.get():
+        if isinstance(transport, _RECORDING_TRANSPORTS + _IN_PROCESS) or _RECORDING.get():
             return transport
         return recording(transport)
 
