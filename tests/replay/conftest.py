@@ -9,19 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import workbench
-from fixtures.capture_store import Store, register_test_models
-from workbench.config import settings
+from fixtures.capture_store import store_under
 
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Record into tmp_path/wb.duckdb; no WORKBENCH_RECORD_MODE leaks in from the environment."""
-    db = tmp_path / "wb.duckdb"
-    monkeypatch.setenv("WORKBENCH_DB", str(db))
-    monkeypatch.delenv("WORKBENCH_RECORD_MODE", raising=False)
-    settings.cache_clear()
-    register_test_models()
-    workbench.configure(db=db)
-    yield Store(db)
-    settings.cache_clear()
+    yield from store_under(tmp_path, monkeypatch)

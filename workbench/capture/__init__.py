@@ -2,7 +2,7 @@
 
 `http_client()` / `async_http_client()` give httpx2 clients for the current `openai` and `anthropic`
 SDKs (`http_client=`); `httpx_client()` / `async_httpx_client()` give plain httpx clients for older
-SDKs, LiteLLM and your own code. `instrument()` records clients made without our transport."""
+SDKs, LiteLLM and your own code. `instrument()` records every other httpx and httpx2 client."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ from workbench.capture.transport import build
 
 RecordingTransport, AsyncRecordingTransport = build(httpx2)
 HttpxRecordingTransport, AsyncHttpxRecordingTransport = build(httpx)
+_RECORDING_TRANSPORTS = (RecordingTransport, AsyncRecordingTransport, HttpxRecordingTransport, AsyncHttpxRecordingTransport)
+# the transports that answer inside the process (an app under test, a mock): no provider behind them,
+# and a test's ambient cassette must not stand in for them
+_IN_PROCESS = tuple(getattr(module, name) for module in (httpx, httpx2)
+                    for name in ("ASGITransport", "WSGITransport", "MockTransport"))
 
 # what the official SDKs set on their own default clients
 _DEFAULTS = {"timeout": 600.0, "follow_redirects": True}
@@ -56,53 +61,37 @@ _instrumented: list[tuple[type, str, object]] = []
 
 
 def instrument() -> None:
-    """Record every request made through httpx's and httpx2's default network transports
-    (`HTTPTransport`, `AsyncHTTPTransport`), so clients created without our transport are captured
-    too — the SDKs' own default clients included. Scope: requests that reach those two classes in
-    this process. Clients built on another transport (a custom one, ASGI/WSGI, a mock) are not seen;
-    a client built with `http_client()` is recorded once, not twice. `uninstrument()` undoes it."""
+    """Record every request sent by any httpx or httpx2 client in this process, sync or async,
+    whatever transport it was built with: the SDKs' own default clients, clients on a custom
+    transport, and LiteLLM's async client, whose transport sends through aiohttp. The wrap is at
+    the client's choice of transport (the one step every client takes per request), so a client
+    built before `instrument()` is seen too. A client built with `http_client()` is recorded once,
+    not twice. Not seen: httpx's in-process transports (ASGI, WSGI, `MockTransport`: an app under
+    test or a mock, no provider), and HTTP sent without an httpx client (a bare aiohttp session,
+    `requests`, urllib). `uninstrument()` undoes it."""
     if _instrumented:
         return
     for module, (sync_recording, async_recording) in (
         (httpx2, (RecordingTransport, AsyncRecordingTransport)),
         (httpx, (HttpxRecordingTransport, AsyncHttpxRecordingTransport)),
     ):
-        for cls, method, recording in (
-            (module.HTTPTransport, "handle_request", sync_recording),
-            (module.AsyncHTTPTransport, "handle_async_request", async_recording),
-        ):
-            original = getattr(cls, method)
-            _instrumented.append((cls, method, original))
-            setattr(cls, method, _patched(original, recording, method))
+        for cls, recording in ((module.Client, sync_recording), (module.AsyncClient, async_recording)):
+            original = cls._transport_for_url
+            _instrumented.append((cls, "_transport_for_url", original))
+            cls._transport_for_url = _recorded_transport(original, recording)
 
 
-def _patched(original, recording, method):
-    # A recording transport over a view of the network transport that calls the original method.
-    class _Original:
-        def __init__(self, owner):
-            self.owner = owner
+def _recorded_transport(original, recording):
+    """The client's own choice of transport, wrapped in a recording transport unless it records
+    already (built by `http_client()`, or inside a recording transport's call)."""
 
-        def handle_request(self, request):
-            return original(self.owner, request)
+    def _transport_for_url(self, url):
+        transport = original(self, url)
+        if isinstance(transport, _RECORDING_TRANSPORTS + _IN_PROCESS) or _RECORDING.get():
+            return transport
+        return recording(transport)
 
-        async def handle_async_request(self, request):
-            return await original(self.owner, request)
-
-    if method == "handle_request":
-
-        def handle_request(self, request):
-            if _RECORDING.get():
-                return original(self, request)
-            return recording(_Original(self)).handle_request(request)
-
-        return handle_request
-
-    async def handle_async_request(self, request):
-        if _RECORDING.get():
-            return await original(self, request)
-        return await recording(_Original(self)).handle_async_request(request)
-
-    return handle_async_request
+    return _transport_for_url
 
 
 def instrumented() -> bool:

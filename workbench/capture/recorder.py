@@ -174,13 +174,14 @@ def _time(nanos: int) -> datetime:
 def _span(pending: Pending, call: Call):
     """The call's CLIENT span with the GenAI attributes, ended; None when tracing does not record."""
     model = call.model_requested or call.model_served
+    operation = "embeddings" if call.wire == "openai.embeddings" else "chat"  # the GenAI operation names
     span = tracer().start_span(
-        f"chat {model}" if model else "chat",
+        f"{operation} {model}" if model else operation,
         context=pending.context,
         kind=trace.SpanKind.CLIENT,
         start_time=pending.started_ns,
         attributes={
-            semconv.OPERATION_NAME: "chat",
+            semconv.OPERATION_NAME: operation,
             semconv.REQUEST_MODEL: call.model_requested or "",
             semconv.SERVER_ADDRESS: urlsplit(pending.url).hostname or "",
         },

@@ -1,8 +1,9 @@
 """Recording transports for httpx2 and httpx, sync and async (the two libraries share one API, so
 one factory builds all four). The response stream is teed, never buffered before the caller sees
 it and never drained: a stream the caller abandons is recorded as unsettled, without paying for the
-rest of the generation. Completion is judged per protocol (`[DONE]`, `message_stop`,
-`response.completed`), since the OpenAI SDK closes the stream at `[DONE]`."""
+rest of the generation. Completion is judged per protocol, at the point where usage is final
+(`workbench.wire.is_complete`), since clients close a stream there without reading on: the OpenAI
+SDK at `[DONE]`, LiteLLM at Anthropic's `message_delta`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ REPLAYED_FROM = "workbench.replayed_from"
 REQUEST_HASH = "workbench.request_hash"
 REPLAY_SESSION = "workbench.replay_session"  # one load of a cassette: its replayed calls share a cache lineage
 RESUMED_FROM_CALL = "workbench.resumed_from_call"  # answered from the store on a resume: the call that paid
+REPLAYED_ABANDONED = "workbench.replayed_abandoned"  # recorded as a stream its client abandoned
 # the response extension that carries the recorded `Call` once the body is read, when it was parsed
 # then (inside a run): the runtime reads it rather than parsing the same bytes again
 RECORDED_CALL = "workbench.call"
@@ -116,7 +118,8 @@ class Pending:
                 # for the connection's own end and cancelled its drain) cut nothing
                 error = None
             elif error is None:
-                error = "stream_abandoned" if not self.ended else "stream_incomplete"
+                abandoned = not self.ended or self.extensions.get(REPLAYED_ABANDONED)
+                error = "stream_abandoned" if abandoned else "stream_incomplete"
         exchange = Exchange.model_construct(  # our own values: no validation
             method=self.method, url=self.url, request_headers=request_headers, request_body=self.request_body,
             status=self.status, response_headers=response_headers, response_body=body, complete=complete,

@@ -1,7 +1,8 @@
-"""A deterministic, scriptable fake LLM provider speaking three real wire formats.
+"""A deterministic, scriptable fake LLM provider speaking four real wire formats.
 
-It answers ``POST /v1/chat/completions`` (OpenAI chat), ``POST /v1/responses`` (OpenAI Responses)
-and ``POST /v1/messages`` (Anthropic Messages; also ``/v1/messages/count_tokens``), as JSON or as
+It answers ``POST /v1/chat/completions`` (OpenAI chat), ``POST /v1/responses`` (OpenAI Responses),
+``POST /v1/embeddings`` (see ``fake_embeddings``) and ``POST /v1/messages`` (Anthropic Messages;
+also ``/v1/messages/count_tokens``), as JSON or as
 SSE when the body says ``"stream": true``, closely enough that the real ``openai`` and ``anthropic``
 SDKs parse it, helpers included. ``FakeProvider.handle`` is the one core function; it is pure
 Python and does no I/O. ``fake_server`` serves it over real HTTP (``workbench fake-provider``); the transports
@@ -59,8 +60,10 @@ from email.utils import formatdate
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from workbench.demo.fake_embeddings import inputs_of, render_embeddings
+
 __all__ = [
-    "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "count_tokens",
+    "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "Served", "count_tokens",
     "FakeTransport", "AsyncFakeTransport", "HttpxFakeTransport", "AsyncHttpxFakeTransport",
     "make_transports", "ANTHROPIC_MIN_CACHE_TOKENS",
 ]
@@ -108,6 +111,19 @@ class FakeRequest:
     @property
     def wire(self) -> str | None:
         return _wire_of(self.method, self.path)
+
+
+@dataclass
+class Served:
+    """One answer the provider generated and billed, as its own log of what it served: the
+    reference a test compares a store with. ``usage`` holds the disjoint counters it reported
+    (``input_tokens`` uncached, ``cache_read_tokens``, ``cache_write_tokens``, ``output_tokens``,
+    ``reasoning_tokens``), or None when it reported none (``usage_reported=False``)."""
+
+    wire: str
+    model: str
+    stream: bool
+    usage: dict[str, int] | None
 
 
 @dataclass
@@ -181,6 +197,7 @@ def _wire_of(method: str, path: str) -> str | None:
     if method.upper() != "POST":
         return None
     for suffix, wire in (("/chat/completions", "openai.chat"), ("/responses", "openai.responses"),
+                         ("/embeddings", "openai.embeddings"),
                          ("/messages/count_tokens", "anthropic.count_tokens"),
                          ("/messages", "anthropic.messages")):
         if path.endswith(suffix):
@@ -351,6 +368,7 @@ class FakeProvider:
             self._anthropic_cache: dict[str, float] = {}
             self._openai_cache: dict[str, float] = {}
             self._seq = itertools.count(1)
+            self.served: list[Served] = []  # every answer generated (errors and overflows are not)
 
     def clear_script(self) -> None:
         """Drop the scripted replies not served yet (the caches and recorded requests stay)."""
@@ -398,6 +416,8 @@ class FakeProvider:
         if not isinstance(body, dict):
             return _error_response(wire, 400, rid, message="We could not parse the JSON body of your request.")
         model = body.get("model") or "fake-model"
+        if wire == "openai.embeddings":
+            return self._embeddings(body, model, rid)
         if wire.startswith("anthropic"):
             segs = _anthropic_segments(body)
             total = sum(count_tokens(t) for _, t, _ in segs)
@@ -423,10 +443,13 @@ class FakeProvider:
         read, write = (self._anthropic_caching(model, segs) if wire.startswith("anthropic")
                        else self._openai_caching(model, prompt, total))
         turn = self._turn(n, wire, body, model, reply, total, read, write)
+        stream = bool(body.get("stream"))
+        reported = turn.usage_reported and (not stream or wire != "openai.chat"
+                                            or bool((body.get("stream_options") or {}).get("include_usage")))
+        self.served.append(Served(wire, turn.model, stream, dict(turn.usage) if reported else None))
         idh, render = _RENDERERS[wire]
         if reply.retry_after is not None:
             extra["retry-after"] = f"{reply.retry_after:g}"
-        stream = bool(body.get("stream"))
         obj_or_events = render(turn, body, stream)
         if stream:
             events = obj_or_events
@@ -440,6 +463,18 @@ class FakeProvider:
                 resp.chunks, resp.cut = [resp.chunks[0][: len(resp.chunks[0]) // 2]], True
         resp.delay_s, resp.linger_s = reply.delay_s, reply.linger_s
         return resp
+
+    def _embeddings(self, body: dict, model: str, rid: str) -> FakeResponse:
+        texts = inputs_of(body)
+        if texts is None:
+            return _error_response("openai.embeddings", 400, rid, message="'input' must be a string or a list of strings",
+                                   param="input")
+        tokens = sum(count_tokens(text) for text in texts)
+        self.served.append(Served("openai.embeddings", model, False, {
+            "input_tokens": tokens, "cache_read_tokens": 0, "cache_write_tokens": 0, "output_tokens": 0,
+            "reasoning_tokens": 0}))
+        return _json_response(200, render_embeddings(texts, model, tokens, body.get("encoding_format")),
+                              {"x-request-id": rid})
 
     def _overflow(self, wire: str, rid: str, total: int, limit: int) -> FakeResponse:
         if wire.startswith("anthropic"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from types import ModuleType
 
-from workbench.capture.transport import REPLAY_SESSION, REPLAYED_FROM, REQUEST_HASH
+from workbench.capture.transport import REPLAY_SESSION, REPLAYED_ABANDONED, REPLAYED_FROM, REQUEST_HASH
 from workbench.errors import WorkbenchError
 from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
 from workbench.replay.scrub import masked_request_body, scrub_body
@@ -19,6 +19,9 @@ from workbench.wire.canonical import request_hash
 from workbench.wire.redact import credential_values, mask_secrets, redact_url
 
 MISS_HEADER = "x-workbench-error"
+# on a recorded response: the client closed this stream before its usage was final. Kept in the
+# cassette (vcrpy ignores it), never served to the client, and told to capture (REPLAYED_ABANDONED)
+ABANDONED_HEADER = "x-workbench-stream"
 
 
 def _chunks(body: bytes, content_type: str) -> list[bytes]:
@@ -58,7 +61,12 @@ def _miss_body(error: WorkbenchError) -> bytes:
 
 
 def _headers(recorded: dict[str, list[str]]) -> list[tuple[str, str]]:
-    return [(name, value) for name, values in recorded.items() for value in values]
+    return [(name, value) for name, values in recorded.items() for value in values
+            if name.lower() != ABANDONED_HEADER]
+
+
+def _abandoned(recorded: dict[str, list[str]]) -> bool:
+    return any(name.lower() == ABANDONED_HEADER and "abandoned" in values for name, values in recorded.items())
 
 
 def build(httpx: ModuleType):
@@ -86,9 +94,10 @@ def build(httpx: ModuleType):
             self.done = False
 
         def close(self) -> bool:
-            """Closed before the end: kept only when the protocol says the response was whole (the
-            OpenAI SDK closes a stream at `[DONE]` without reading on). Returns True when the rest of
-            a non-stream body must be read first: the SDKs close a retryable error (429, 529) of a
+            """Closed before the end: a stream is kept as far as the client read it, never drained;
+            one closed before its usage was final (`is_complete`) is marked abandoned, so it replays
+            as received and is recorded as abandoned again. Returns True when the rest of a
+            non-stream body must be read first: the SDKs close a retryable error (429, 529) of a
             `stream=True` request without reading it, and the retry must replay as it was recorded."""
             if self.done:
                 return False
@@ -96,15 +105,15 @@ def build(httpx: ModuleType):
             if "text/event-stream" not in content_type:
                 return True
             wire = wire_of(self.request.method, self.request.uri)
-            if is_complete(wire, b"".join(self.parts), self.response.headers.get("content-encoding")):
-                self.finish()
+            complete = is_complete(wire, b"".join(self.parts), self.response.headers.get("content-encoding"))
+            self.finish(abandoned=not complete)
             return False
 
-        def finish(self) -> None:
+        def finish(self, abandoned: bool = False) -> None:
             if self.done:
                 return
             self.done = True
-            headers: dict[str, list[str]] = {}
+            headers: dict[str, list[str]] = {ABANDONED_HEADER: ["abandoned"]} if abandoned else {}
             for name, value in self.response.headers.multi_items():
                 headers.setdefault(name, []).append(value)
             response = RecordedResponse(status=self.response.status_code, headers=headers, body=b"".join(self.parts))
@@ -178,7 +187,7 @@ def build(httpx: ModuleType):
                     recorded.status, headers=_headers(recorded.headers),
                     stream=stream_type(_chunks(recorded.body, content_type)),
                     extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest, REPLAY_SESSION: cassette.session,
-                                **cassette.origin(index)},
+                                REPLAYED_ABANDONED: _abandoned(recorded.headers), **cassette.origin(index)},
                 )
         if cassette.mode == "replay":
             error = miss_error(cassette, request.method, request.uri, request.body, digest)

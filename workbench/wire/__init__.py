@@ -11,7 +11,7 @@ import json
 from urllib.parse import urlsplit
 
 from workbench.models import ModelRegistry, price_with
-from workbench.wire import anthropic_messages, openai_chat, openai_responses
+from workbench.wire import anthropic_messages, openai_chat, openai_embeddings, openai_responses
 from workbench.wire.call import Call, Exchange, ToolCall, Wire
 from workbench.wire.canonical import request_hash
 from workbench.wire.decode import decode_body
@@ -26,6 +26,7 @@ _PARSERS = {
     "openai.chat": openai_chat,
     "openai.responses": openai_responses,
     "anthropic.messages": anthropic_messages,
+    "openai.embeddings": openai_embeddings,
 }
 # host suffix -> provider; anything else is named by its host
 _HOSTS = {
@@ -51,6 +52,8 @@ def wire_of(method: str, url: str) -> Wire:
         return "openai.responses"
     if path.endswith("/messages"):
         return "anthropic.messages"
+    if path.endswith("/embeddings"):
+        return "openai.embeddings"
     return "unknown"
 
 
@@ -69,7 +72,9 @@ def _headers(headers: dict[str, str]) -> dict[str, str]:
 
 
 def is_complete(wire: Wire, body: bytes, content_encoding: str | None = None) -> bool:
-    """Did a streamed body reach its protocol's end (`[DONE]`, `message_stop`, `response.completed`)?"""
+    """Did a streamed body reach its protocol's end, or the point where its usage is final (each
+    wire module's `is_complete` says where: an Anthropic `message_delta` with usage, an OpenAI chat
+    usage chunk after the finish reason, a Responses `response.completed`)?"""
     parser = _PARSERS.get(wire)
     if parser is None:
         return True

@@ -1,5 +1,9 @@
 """Anthropic Messages. `input_tokens` EXCLUDES cache reads and writes, so the counters map one to
-one. A stream carries usage in `message_start` and the final `message_delta`: the latest wins."""
+one. A stream carries usage in `message_start` and the final `message_delta`: the latest wins.
+
+A stream is complete once its usage is final: at the `message_delta` that carries it (sent once,
+with the stop reason), not only at `message_stop`. Clients that stop reading there (LiteLLM does)
+have received the whole answer and its bill; a stream stopped before it is abandoned."""
 
 from __future__ import annotations
 
@@ -110,4 +114,11 @@ def fill_stream(call: Call, events: list[Event]) -> None:
 
 
 def is_complete(events: list[Event]) -> bool:
-    return any(event.event == "message_stop" or '"message_stop"' in event.data for event in events)
+    for event in events:
+        if event.event == "message_stop" or '"message_stop"' in event.data:
+            return True
+        if event.event == "message_delta" or '"message_delta"' in event.data:
+            data = event.json()
+            if isinstance(data, dict) and data.get("type") == "message_delta" and isinstance(data.get("usage"), dict):
+                return True
+    return False

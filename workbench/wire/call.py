@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from workbench.models import Usage
 
-Wire = Literal["openai.chat", "openai.responses", "anthropic.messages", "unknown"]
+Wire = Literal["openai.chat", "openai.responses", "anthropic.messages", "openai.embeddings", "unknown"]
 
 
 @dataclass(slots=True)

@@ -1,7 +1,12 @@
 """OpenAI chat-completions (and the compatible hosts: OpenRouter, Groq, Mistral, DeepSeek, Azure).
 
 `prompt_tokens` INCLUDES `prompt_tokens_details.cached_tokens` (and the newer `cache_write_tokens`),
-so the uncached input is what is left after both are taken out."""
+so the uncached input is what is left after both are taken out.
+
+A stream is complete at `data: [DONE]`, or once its usage is final: a chunk carrying `usage` at or
+after the chunk with the `finish_reason` (OpenAI sends it last, with no choices, when
+`stream_options.include_usage` asks). Usage seen before any finish reason (servers that report a
+running count on every chunk) is not final."""
 
 from __future__ import annotations
 
@@ -107,5 +112,15 @@ def fill_stream(call: Call, events: list[Event]) -> None:
 
 
 def is_complete(events: list[Event]) -> bool:
-    """A chat stream is complete at `data: [DONE]` (the SDK closes the stream there)."""
-    return any(event.data.strip() == "[DONE]" for event in events)
+    finished = False
+    for event in events:
+        if event.data.strip() == "[DONE]":
+            return True
+        chunk = event.json()
+        if not isinstance(chunk, dict):
+            continue
+        finished = finished or any(isinstance(choice, dict) and choice.get("finish_reason")
+                                   for choice in chunk.get("choices") or [])
+        if finished and isinstance(chunk.get("usage"), dict):
+            return True
+    return False
