@@ -1,0 +1,199 @@
+"""A DuckLake as the store: a catalog database (PostgreSQL, for many writers on many machines)
+that many processes share with transactions, and Parquet data files in a shared folder or object
+storage. The same tables and queries as the local file; what differs lives here: how DuckDB gets
+the extensions, how the lake is attached, the migrations' SQL (DuckLake enforces no PRIMARY KEY
+or index) and the maintenance that keeps small, frequent commits from leaving a swamp of tiny files.
+
+A lake enforces no key, so the ingest is idempotent by itself (an anti-join on the keys inside its
+transaction), and every writing transaction also bumps the one row of `lake_writes`: two writers
+that committed at once then conflict, and the later one retries on the snapshot that holds the
+other's rows, instead of both inserting the same key."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import duckdb
+
+from workbench.config import LAKE_PREFIX as PREFIX
+from workbench.errors import WorkbenchError
+
+# the name the lake is attached under in each connection
+ALIAS = "lake"
+# the one-row table every writing transaction updates, so that concurrent writers conflict
+WRITE_TOKEN = "lake_writes"
+# rows a small commit keeps in the catalog instead of writing a Parquet file (flushed by `maintain`)
+INLINE_ROWS = 1000
+T = TypeVar("T")
+_CATALOG_EXTENSIONS = {"postgres": "postgres_scanner", "sqlite": "sqlite_scanner"}
+_EXTRA_FIX = "pip install 'replay-workbench[lake]'"
+
+
+def shown(db: Path | str) -> str:
+    """The lake's name fit for a message or a log: a password in it is masked."""
+    return re.sub(r"(password\s*=\s*)\S+", r"\1***", str(db), flags=re.IGNORECASE)
+
+
+def _packaged(name: str) -> Path | None:
+    """The extension file the `duckdb-extension-<name>` package ships for this DuckDB, if installed."""
+    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_extension(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """LOAD `name`: by name first (installed by `INSTALL`, or built in), then from the PyPI package
+    built for this DuckDB (DuckDB cannot download extensions everywhere)."""
+    try:
+        con.execute(f"LOAD {name}")
+        return
+    except duckdb.Error as by_name:
+        first = str(by_name).splitlines()[0]
+    path = _packaged(name)
+    if path is not None:
+        try:
+            con.execute(f"LOAD {_literal(str(path))}")
+            return
+        except duckdb.Error as exc:
+            first = f"{first}; {path}: {str(exc).splitlines()[0]}"
+    raise WorkbenchError(
+        "WB_LAKE_EXTENSION_MISSING",
+        f"DuckDB {duckdb.__version__} cannot load its {name} extension, which a DuckLake store needs ({first})",
+        f"{_EXTRA_FIX} (it brings DuckDB and the extensions built for it), or in DuckDB run `INSTALL {name}`",
+    )
+
+
+def connect(db: Path | str, read_only: bool, data_path: str | None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with lake `db` attached and in use."""
+    url = str(db)
+    catalog = url[len(PREFIX):].split(":", 1)[0]
+    con = duckdb.connect()
+    try:
+        load_extension(con, "ducklake")
+        if catalog in _CATALOG_EXTENSIONS:
+            load_extension(con, _CATALOG_EXTENSIONS[catalog])
+        options = ["READ_ONLY"] if read_only else [f"DATA_INLINING_ROW_LIMIT {INLINE_ROWS}"]
+        if data_path:
+            options.append("DATA_PATH " + _literal(data_path))
+        try:
+            con.execute(f"ATTACH {_literal(url)} AS {ALIAS} ({', '.join(options)})")
+        except duckdb.Error as exc:
+            raise _unreachable(url, exc, data_path) from exc
+        con.execute(f"USE {ALIAS}")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _unreachable(url: str, exc: duckdb.Error, data_path: str | None) -> WorkbenchError:
+    reason = shown(str(exc).splitlines()[0])
+    if "DATA_PATH" in str(exc) or "data path" in str(exc).lower():
+        return WorkbenchError(
+            "WB_CONFIG_INVALID", f"the lake {shown(url)} is new and needs a data path: {reason}",
+            "set WORKBENCH_LAKE_DATA_PATH (or [tool.workbench] lake_data_path) to a folder every machine "
+            "shares, or an s3:// prefix",
+        )
+    return WorkbenchError(
+        "WB_LAKE_UNREACHABLE", f"cannot attach the lake {shown(url)} (data path {data_path!r}): {reason}",
+        "check that its catalog database is up and reachable with the host, port, user and dbname given "
+        "(a PostgreSQL password goes in PGPASSWORD or ~/.pgpass, not in the setting)",
+    )
+
+
+def migration_sql(sql: str) -> str:
+    """A migration as DuckLake takes it: without the keys and indexes it does not support (the
+    ingest keeps keys unique itself)."""
+    sql = re.sub(r",\s*PRIMARY KEY\s*\([^)]*\)", "", sql)
+    sql = re.sub(r"\s+PRIMARY KEY\b", "", sql)
+    return re.sub(r"CREATE INDEX[^;]*;", "", sql)
+
+
+def is_lake_connection(con: duckdb.DuckDBPyConnection) -> bool:
+    rows = con.execute("SELECT type FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    return bool(rows) and rows[0][0] == "ducklake"
+
+
+def prepare(con: duckdb.DuckDBPyConnection) -> None:
+    """The lake's own table: the write token every writing transaction bumps (made and filled in
+    one transaction, so two processes making it at once conflict rather than fill it twice)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(f"CREATE TABLE IF NOT EXISTS {WRITE_TOKEN} (writes BIGINT)")
+        if con.execute(f"SELECT count(*) FROM {WRITE_TOKEN}").fetchall()[0][0] == 0:
+            con.execute(f"INSERT INTO {WRITE_TOKEN} VALUES (0)")
+        con.execute("COMMIT")
+    except BaseException:
+        _rollback(con)
+        raise
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass  # a failed COMMIT has already ended the transaction
+
+
+def retrying(con: duckdb.DuckDBPyConnection, work: Callable[[], T], attempts: int = 50) -> T:
+    """`work` (whole transactions, safe to redo) again while it fails on a conflict with another
+    writer, with a short random pause; the last conflict is raised."""
+    for attempt in range(attempts):
+        try:
+            return work()
+        except duckdb.Error as exc:
+            if not is_conflict(exc) or attempt == attempts - 1:
+                raise
+            _rollback(con)
+            time.sleep(random.uniform(0.005, 0.05) * min(attempt + 1, 10))
+    raise AssertionError("unreachable")
+
+
+def claim_write(con: duckdb.DuckDBPyConnection) -> None:
+    """Inside a writing transaction: make it conflict with any other committed meanwhile."""
+    con.execute(f"UPDATE {WRITE_TOKEN} SET writes = writes + 1")
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """Whether a commit failed because another writer committed first (retrying it is safe)."""
+    text = str(exc)
+    return "Transaction conflict" in text or "Failed to commit DuckLake" in text or "conflict" in text.lower()
+
+
+def maintain(con: duckdb.DuckDBPyConnection, keep_days: float) -> dict[str, int]:
+    """DuckLake's own maintenance, in order: the rows small commits kept inline go into Parquet
+    files, adjacent small files are merged, snapshots older than `keep_days` expire (time travel
+    before them ends), and the files no snapshot needs any more are deleted. Returns what each
+    step touched."""
+    done: dict[str, int] = {}
+    done["flushed_tables"] = len(con.execute(f"CALL ducklake_flush_inlined_data('{ALIAS}')").fetchall())
+    done["merged_files"] = len(con.execute(f"CALL ducklake_merge_adjacent_files('{ALIAS}')").fetchall())
+    done["expired_snapshots"] = len(con.execute(
+        f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => now() - to_microseconds($us))",
+        {"us": int(keep_days * 86400 * 1_000_000)}).fetchall())
+    done["deleted_files"] = len(con.execute(
+        f"CALL ducklake_cleanup_old_files('{ALIAS}', cleanup_all => true)").fetchall())
+    return done
+
+
+def data_files(con: duckdb.DuckDBPyConnection) -> int:
+    """The Parquet data files the lake's current snapshot reads."""
+    tables = [name for (name,) in con.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database()").fetchall()]
+    return sum(len(con.execute(f"SELECT * FROM ducklake_list_files('{ALIAS}', ?)", [name]).fetchall())
+               for name in tables)
