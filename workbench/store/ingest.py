@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from workbench.config import spool_dir_of
+from workbench.config import is_lake, spool_dir_of
 from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
 from workbench.store import lake
@@ -270,7 +270,7 @@ def _legacy_spools(db_path: Path, spool_dir: Path) -> list[Path]:
     """Spool files that Workbench 0.1 wrote into a bare `spool/` folder beside the store, before
     the store had a working folder: drained with the rest, so an upgrade loses no record."""
     legacy = db_path.parent / "spool"
-    if spool_dir.resolve() != spool_dir_of(db_path).resolve() or not legacy.is_dir():
+    if is_lake(db_path) or spool_dir.resolve() != spool_dir_of(db_path).resolve() or not legacy.is_dir():
         return []
     return sorted(path for path in legacy.glob("*.jsonl") if _SPOOL_FILE.fullmatch(path.name))
 
