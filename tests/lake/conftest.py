@@ -9,6 +9,7 @@ missing PostgreSQL fails them. In the embedded environment (another DuckDB) they
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import socket
@@ -104,3 +105,29 @@ def lake_db(postgres, tmp_path, monkeypatch) -> str:
     settings.cache_clear()
     yield db
     settings.cache_clear()
+
+
+def _spool(folder: Path, machine: str, calls: int) -> dict[str, int]:
+    """Spool files as a recorder on `machine` writes them (another host's: never deleted here),
+    and the cost of each call id they hold."""
+    folder.mkdir(parents=True)
+    costs: dict[str, int] = {}
+    for part in range(2):
+        with open(folder / f"{machine}-{100 + part}-{part:08x}.jsonl", "w") as spool:
+            for n in range(calls // 2):
+                call_id = f"{machine}-{part}-{n}"
+                costs[call_id] = 1000 + n
+                row = {"call_id": call_id, "run_id": f"{machine}-run", "provider": "openai", "wire": "openai.chat",
+                       "model_requested": "gpt-4o-mini", "model_served": "gpt-4o-mini", "http_status": 200,
+                       "settled": True, "replayed": False, "input_tokens": 10, "output_tokens": 5,
+                       "cost_micros": costs[call_id], "currency": "USD",
+                       "started_at": "2026-11-30T10:00:00+00:00", "ended_at": "2026-11-30T10:00:01+00:00"}
+                spool.write(json.dumps({"kind": "call", "row": row}) + "\n")
+                spool.write(json.dumps({"kind": "call_body", "row": {"call_id": call_id, "output_text": "ok"}}) + "\n")
+    return costs
+
+
+@pytest.fixture
+def spooled():
+    """Writes spool files of synthetic calls: `spooled(folder, machine, calls)` -> {call_id: cost}."""
+    return _spool

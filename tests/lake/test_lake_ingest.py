@@ -83,29 +83,9 @@ def test_three_recording_machines_commit_into_one_lake_and_the_report_reads_exac
     assert [(row["model"], row["calls"], row["cost_micros"]) for row in rows] == [("gpt-4o-mini", 300, cost)]
 
 
-def _spool(folder: Path, machine: str, calls: int) -> dict[str, int]:
-    """Spool files as a recorder on `machine` writes them (another host's: never deleted here),
-    and the cost of each call id they hold."""
-    folder.mkdir(parents=True)
-    costs: dict[str, int] = {}
-    for part in range(2):
-        with open(folder / f"{machine}-{100 + part}-{part:08x}.jsonl", "w") as spool:
-            for n in range(calls // 2):
-                call_id = f"{machine}-{part}-{n}"
-                costs[call_id] = 1000 + n
-                row = {"call_id": call_id, "run_id": f"{machine}-run", "provider": "openai", "wire": "openai.chat",
-                       "model_requested": "gpt-4o-mini", "model_served": "gpt-4o-mini", "http_status": 200,
-                       "settled": True, "replayed": False, "input_tokens": 10, "output_tokens": 5,
-                       "cost_micros": costs[call_id], "currency": "USD",
-                       "started_at": "2026-11-30T10:00:00+00:00", "ended_at": "2026-11-30T10:00:01+00:00"}
-                spool.write(json.dumps({"kind": "call", "row": row}) + "\n")
-                spool.write(json.dumps({"kind": "call_body", "row": {"call_id": call_id, "output_text": "ok"}}) + "\n")
-    return costs
-
-
-def test_two_ingesting_machines_one_killed_midway_lose_nothing_and_double_nothing(lake_db, tmp_path):
+def test_two_ingesting_machines_one_killed_midway_lose_nothing_and_double_nothing(lake_db, tmp_path, spooled):
     spools = {name: tmp_path / name / "spool" for name in ("alpha", "beta")}
-    costs = {name: _spool(folder, name, 1000) for name, folder in spools.items()}
+    costs = {name: spooled(folder, name, 1000) for name, folder in spools.items()}
     with open_store(lake_db):
         pass  # the lake exists (migrated) before both start
 

@@ -123,7 +123,7 @@ def _derived(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]
         return frames, {}
 
 
-def _commit(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
+def commit_frames(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
             finished: list[Path], known_new: bool, superseded: dict[str, list[str]] | None = None) -> int:
     """Every frame, the stored rows they supersede and the files' new offsets in one transaction
     (on a lake: retried while another writer's commit conflicts with it)."""
@@ -375,9 +375,9 @@ def _commit_any(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame],
     try:
         # records are new unless a file is read again (its offset row went with an unlink that did
         # not happen): the plain insert first, the conflict-checking one when a key was seen
-        count = _commit(con, frames, moved, finished, known_new=True, superseded=superseded)
+        count = commit_frames(con, frames, moved, finished, known_new=True, superseded=superseded)
     except duckdb.ConstraintException:
-        count = _commit(con, frames, moved, finished, known_new=False, superseded=superseded)
+        count = commit_frames(con, frames, moved, finished, known_new=False, superseded=superseded)
     return count - len(quarantined)
 
 
@@ -459,7 +459,7 @@ def _isolate(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]]) -
     if not records:
         return 0, []
     try:
-        return _commit(con, _frames_of(con, records), {}, [], known_new=False), []
+        return commit_frames(con, _frames_of(con, records), {}, [], known_new=False), []
     except Exception as exc:  # noqa: BLE001
         if _store_problem(exc):
             raise

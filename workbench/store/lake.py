@@ -180,15 +180,30 @@ def maintain(con: duckdb.DuckDBPyConnection, keep_days: float) -> dict[str, int]
     files, adjacent small files are merged, snapshots older than `keep_days` expire (time travel
     before them ends), and the files no snapshot needs any more are deleted. Returns what each
     step touched."""
-    done: dict[str, int] = {}
-    done["flushed_tables"] = len(con.execute(f"CALL ducklake_flush_inlined_data('{ALIAS}')").fetchall())
-    done["merged_files"] = len(con.execute(f"CALL ducklake_merge_adjacent_files('{ALIAS}')").fetchall())
-    done["expired_snapshots"] = len(con.execute(
-        f"CALL ducklake_expire_snapshots('{ALIAS}', older_than => now() - to_microseconds($us))",
-        {"us": int(keep_days * 86400 * 1_000_000)}).fetchall())
-    done["deleted_files"] = len(con.execute(
-        f"CALL ducklake_cleanup_old_files('{ALIAS}', cleanup_all => true)").fetchall())
+    def count(function: str, arguments: str = "", params: dict | None = None) -> int:
+        # counted in SQL: the rows carry timestamps, which Python would need pytz to take
+        return con.execute(f"SELECT count(*) FROM {function}('{ALIAS}'{arguments})", params).fetchall()[0][0]
+
+    done = {"flushed_tables": count("ducklake_flush_inlined_data"),
+            "merged_files": count("ducklake_merge_adjacent_files")}
+    done["expired_snapshots"] = count("ducklake_expire_snapshots", ", older_than => now() - to_microseconds($us)",
+                                      {"us": int(keep_days * 86400 * 1_000_000)})
+    done["deleted_files"] = count("ducklake_cleanup_old_files", ", cleanup_all => true")
     return done
+
+
+def maintain_store(db: Path | str, keep_days: float) -> dict[str, int]:
+    """`maintain` on the store `db`, with the data files before and after; a local file store only
+    checkpoints (DuckDB keeps one file, with nothing to merge or expire)."""
+    from workbench.store.db import open_store
+
+    with open_store(db) as con:
+        if not is_lake_connection(con):
+            con.execute("CHECKPOINT")
+            return {}
+        before = data_files(con)
+        done = maintain(con, keep_days)
+        return {"data_files_before": before, **done, "data_files_after": data_files(con)}
 
 
 def data_files(con: duckdb.DuckDBPyConnection) -> int:
