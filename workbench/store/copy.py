@@ -33,7 +33,7 @@ def copy_store(source: Path | str, target: Path | str, chunk_rows: int = CHUNK_R
             columns = [name for (name,) in dst.execute(
                 "SELECT column_name FROM information_schema.columns WHERE table_catalog = current_database() "
                 "AND table_name = ? ORDER BY ordinal_position", [table]).fetchall()]
-            reader = src.execute(f"SELECT {', '.join(columns)} FROM {table}").fetch_record_batch(chunk_rows)
+            reader = src.execute(f"SELECT {', '.join(columns)} FROM {table}").to_arrow_reader(chunk_rows)
             for batch in reader:
                 frame = pl.from_arrow(batch)
                 if frame.height:
