@@ -92,7 +92,7 @@ def test_two_ingesting_machines_one_killed_midway_lose_nothing_and_double_nothin
     batch = str(32 * 1024)  # about 80 lines a commit: many commits to be killed between
     alpha = _python(INGESTER, str(spools["alpha"]), batch, lake_db)
     beta = _python(INGESTER, str(spools["beta"]), batch, lake_db)
-    watcher = lake.connect(lake_db, True, None)
+    watcher = lake.connect(lake_db, None)
     try:
         deadline = time.monotonic() + 120
         while True:  # alpha is killed once some of its batches, not all, are in
@@ -104,7 +104,7 @@ def test_two_ingesting_machines_one_killed_midway_lose_nothing_and_double_nothin
         alpha.wait(timeout=30)
         partial = watcher.execute("SELECT count(*) FROM calls WHERE call_id LIKE 'alpha-%'").fetchall()[0][0]
     finally:
-        watcher.close()
+        lake.release(watcher)
     assert alpha.returncode == -signal.SIGKILL
     assert 0 < partial < 1000, f"alpha was to be killed midway, with {partial} of its 1000 calls in"
 

@@ -202,15 +202,15 @@ def _open_lake(url: Path, read_only: bool) -> Iterator[duckdb.DuckDBPyConnection
     data_path = settings().lake_data_path
     if url not in _migrated:
         with _migrate_lock:
-            con = lake.connect(url, False, data_path)
+            con = lake.connect(url, data_path)
             try:
                 _refuse_foreign(con, Path(lake.shown(url)))
                 lake.retrying(con, lambda: (lake.prepare(con), migrate(con)))
             finally:
-                con.close()
+                lake.release(con)
             _migrated.add(url)
-    con = lake.connect(url, read_only, data_path)
+    con = lake.connect(url, data_path)
     try:
         yield con
     finally:
-        con.close()
+        lake.release(con)

@@ -11,10 +11,13 @@ other's rows, instead of both inserting the same key."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import random
 import re
+import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -24,8 +27,6 @@ import duckdb
 from workbench.config import LAKE_PREFIX as PREFIX
 from workbench.errors import WorkbenchError
 
-# the name the lake is attached under in each connection
-ALIAS = "lake"
 # the one-row table every writing transaction updates, so that concurrent writers conflict
 WRITE_TOKEN = "lake_writes"
 # rows a small commit keeps in the catalog instead of writing a Parquet file (flushed by `maintain`)
@@ -52,11 +53,21 @@ def _packaged(name: str) -> Path | None:
     return None
 
 
+# how this process loaded each extension: a name (installed) or a packaged file's path
+_loaded_by: dict[str, str] = {}
+
+
 def load_extension(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """LOAD `name`: by name first (installed by `INSTALL`, or built in), then from the PyPI package
-    built for this DuckDB (DuckDB cannot download extensions everywhere)."""
+    built for this DuckDB (DuckDB cannot download extensions everywhere). Never downloads: a
+    download attempt costs every connection a network timeout where there is no network."""
+    if name in _loaded_by:
+        con.execute(f"LOAD {_loaded_by[name]}")
+        return
+    con.execute("SET autoinstall_known_extensions = false")
     try:
         con.execute(f"LOAD {name}")
+        _loaded_by[name] = name
         return
     except duckdb.Error as by_name:
         first = str(by_name).splitlines()[0]
@@ -64,6 +75,7 @@ def load_extension(con: duckdb.DuckDBPyConnection, name: str) -> None:
     if path is not None:
         try:
             con.execute(f"LOAD {_literal(str(path))}")
+            _loaded_by[name] = _literal(str(path))
             return
         except duckdb.Error as exc:
             first = f"{first}; {path}: {str(exc).splitlines()[0]}"
@@ -74,27 +86,53 @@ def load_extension(con: duckdb.DuckDBPyConnection, name: str) -> None:
     )
 
 
-def connect(db: Path | str, read_only: bool, data_path: str | None) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with lake `db` attached and in use."""
+# one in-memory DuckDB per process holds the extensions: loading them costs seconds, so each open
+# is a cursor on it. The lake is attached afresh on each open (and detached on close): an attachment
+# kept open would read a catalog another process has since changed (maintenance drops inlined rows).
+_instance: duckdb.DuckDBPyConnection | None = None
+_instance_lock = threading.Lock()
+
+
+def connect(db: Path | str, data_path: str | None) -> duckdb.DuckDBPyConnection:
+    """A connection (a cursor of the process's DuckDB) with lake `db` attached and in use; give it
+    back with `release`."""
+    global _instance
     url = str(db)
     catalog = url[len(PREFIX):].split(":", 1)[0]
-    con = duckdb.connect()
+    with _instance_lock:
+        if _instance is None:
+            instance = duckdb.connect()
+            load_extension(instance, "ducklake")
+            if catalog in _CATALOG_EXTENSIONS:
+                load_extension(instance, _CATALOG_EXTENSIONS[catalog])
+            _instance = instance
+        elif catalog in _CATALOG_EXTENSIONS:
+            load_extension(_instance, _CATALOG_EXTENSIONS[catalog])
+        con = _instance.cursor()
+    alias = "lake_" + uuid.uuid4().hex[:12]
+    options = [f"DATA_INLINING_ROW_LIMIT {INLINE_ROWS}"]
+    if data_path:
+        options.append("DATA_PATH " + _literal(data_path))
     try:
-        load_extension(con, "ducklake")
-        if catalog in _CATALOG_EXTENSIONS:
-            load_extension(con, _CATALOG_EXTENSIONS[catalog])
-        options = ["READ_ONLY"] if read_only else [f"DATA_INLINING_ROW_LIMIT {INLINE_ROWS}"]
-        if data_path:
-            options.append("DATA_PATH " + _literal(data_path))
-        try:
-            con.execute(f"ATTACH {_literal(url)} AS {ALIAS} ({', '.join(options)})")
-        except duckdb.Error as exc:
-            raise _unreachable(url, exc, data_path) from exc
-        con.execute(f"USE {ALIAS}")
-    except BaseException:
+        con.execute("SET enable_progress_bar = false")  # a slow query must not draw on a command's output
+        con.execute(f"ATTACH {_literal(url)} AS {alias} ({', '.join(options)})")
+    except duckdb.Error as exc:
         con.close()
-        raise
+        raise _unreachable(url, exc, data_path) from exc
+    con.execute(f"USE {alias}")
     return con
+
+
+def release(con: duckdb.DuckDBPyConnection) -> None:
+    """Detach the lake a `connect` attached, and close the cursor."""
+    try:
+        alias = con.execute("SELECT current_database()").fetchall()[0][0]
+        con.execute("USE memory")
+        con.execute(f"DETACH {alias}")
+    except duckdb.Error:
+        pass  # closing anyway: the instance forgets a cursor's failed state
+    finally:
+        con.close()
 
 
 def _literal(text: str) -> str:
@@ -182,7 +220,7 @@ def maintain(con: duckdb.DuckDBPyConnection, keep_days: float) -> dict[str, int]
     step touched."""
     def count(function: str, arguments: str = "", params: dict | None = None) -> int:
         # counted in SQL: the rows carry timestamps, which Python would need pytz to take
-        return con.execute(f"SELECT count(*) FROM {function}('{ALIAS}'{arguments})", params).fetchall()[0][0]
+        return con.execute(f"SELECT count(*) FROM {function}(current_database(){arguments})", params).fetchall()[0][0]
 
     done = {"flushed_tables": count("ducklake_flush_inlined_data"),
             "merged_files": count("ducklake_merge_adjacent_files")}
@@ -210,5 +248,5 @@ def data_files(con: duckdb.DuckDBPyConnection) -> int:
     """The Parquet data files the lake's current snapshot reads."""
     tables = [name for (name,) in con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database()").fetchall()]
-    return sum(len(con.execute(f"SELECT * FROM ducklake_list_files('{ALIAS}', ?)", [name]).fetchall())
+    return sum(con.execute("SELECT count(*) FROM ducklake_list_files(current_database(), ?)", [name]).fetchall()[0][0]
                for name in tables)
