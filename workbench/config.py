@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
 from functools import lru_cache
@@ -35,6 +36,10 @@ class Settings(BaseModel):
     body_cap_bytes: int = Field(
         65536, ge=1024, description="request and response bodies above this are cut, with a marker"
     )
+    lake_data_path: str | None = Field(
+        None, description="where a new DuckLake store (db = ducklake:...) keeps its Parquet files: a folder every "
+        "machine shares, or an s3:// prefix"
+    )
     models: Path = Field(Path("models.toml"), description="the model registry file to load")
     record_mode: RecordMode = Field("replay", description="cassette mode: replay, record, rerecord or live")
     capture: bool = Field(True, description="record calls into the store (false: pass through)")
@@ -48,10 +53,21 @@ class Settings(BaseModel):
         return self.spool_dir or spool_dir_of(self.db)
 
 
+# a `db` setting naming a DuckLake (workbench/store/lake.py), not a file
+LAKE_PREFIX = "ducklake:"
+
+
+def is_lake(db: Path | str) -> bool:
+    return str(db).startswith(LAKE_PREFIX)
+
+
 def work_dir_of(db: Path) -> Path:
     """The one folder Workbench owns beside a store, named after it (`orders.duckdb` →
     `orders.duckdb.workbench/`): the spools not ingested yet, the replay state and the lock files,
-    never loose `spool/` and `replay/` folders in whatever folder holds the store."""
+    never loose `spool/` and `replay/` folders in whatever folder holds the store. A lake is shared
+    by many machines: each process's folder is local, under `.workbench/` where it runs, one per lake."""
+    if is_lake(db):
+        return Path(".workbench") / f"lake-{hashlib.sha256(str(db).encode()).hexdigest()[:8]}.workbench"
     db = Path(db)
     return db.with_name(db.name + ".workbench")
 
@@ -95,7 +111,8 @@ def _gathered(cwd: Path | None, overrides: dict) -> tuple[dict, set[str]]:
         if name in table:
             value = table[name]
             # paths in pyproject.toml are relative to the file, not to where the command runs
-            if root is not None and name in {"db", "spool_dir", "models"} and isinstance(value, str):
+            if (root is not None and name in {"db", "spool_dir", "models"} and isinstance(value, str)
+                    and not is_lake(value)):
                 value = root / value
             values[name] = value
         env = os.environ.get(f"WORKBENCH_{name.upper()}")

@@ -22,6 +22,8 @@ CODES: dict[str, str] = {
     "WB_STORE_LOCKED": "the store stayed locked by another process past the retry window",
     "WB_STORE_INVALID": "the store file is not a Workbench store, or is newer than this version",
     "WB_STORE_UNWRITABLE": "the store cannot be created or written: a full disk, a read-only file system, permissions",
+    "WB_LAKE_UNREACHABLE": "the DuckLake store named by WORKBENCH_DB cannot be attached: its catalog database is down or refuses",
+    "WB_LAKE_EXTENSION_MISSING": "DuckDB cannot load the ducklake (or catalog) extension a DuckLake store needs",
     "WB_RUN_NOT_FOUND": "no run with that id is in the store",
     "WB_RUN_AMBIGUOUS": "the start of a run id given matches several runs",
     "WB_RUN_STILL_RUNNING": "the run to resume is still running in a live process",

@@ -3,7 +3,7 @@ group; `core` holds the tree, the output conventions and the error rendering."""
 
 from __future__ import annotations
 
-from workbench.cli import cassettes, collect, evals, models, project, reports  # noqa: F401 - each registers its commands
+from workbench.cli import cassettes, collect, evals, models, project, reports, store  # noqa: F401 - each registers its commands
 from workbench.cli.core import app, main
 from workbench.cli.project import dashboard_app
 

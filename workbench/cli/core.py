@@ -270,3 +270,6 @@ def _exit(code: int) -> None:
         except (OSError, ValueError):  # a closed pipe: nothing left to say
             pass
     os._exit(code)
+
+store_app = typer.Typer(no_args_is_help=True, help="Maintain a store, or copy one into another (a file into a lake, and back).")
+app.add_typer(store_app, name="store")

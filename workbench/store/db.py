@@ -14,7 +14,7 @@ from pathlib import Path
 
 import duckdb
 
-from workbench.config import work_dir_of
+from workbench.config import is_lake, work_dir_of
 from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
 from workbench.store.schema import MIGRATIONS, current_version, migrate
@@ -131,7 +131,10 @@ def _prepare(path: Path, wait_s: float) -> None:
 
 
 def store_exists(path: Path) -> bool:
-    """Whether `path` holds a store (a 0-byte file, left by a full disk, is no store)."""
+    """Whether `path` holds a store (a 0-byte file, left by a full disk, is no store). A lake is
+    made on first use, as a file store is by its first write."""
+    if is_lake(path):
+        return True
     try:
         return path.stat().st_size > 0
     except OSError:
@@ -146,6 +149,10 @@ def open_store(
     Read-only, it writes nothing while the store is current (so a store on a read-only file system
     reads), and migrates it first only when it is behind."""
     path = Path(path) if path is not None else default_path()
+    if is_lake(path):
+        with _open_lake(path, read_only) as con:
+            yield con
+        return
     resolved = path.resolve()
     if read_only:
         con = _connect(path, True, wait_s)
@@ -184,3 +191,26 @@ def open_store(
         yield con
     finally:
         con.close()
+
+
+@contextmanager
+def _open_lake(url: Path, read_only: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to the lake `url`, migrated (once per process, as a file store is)."""
+    from workbench.config import settings
+    from workbench.store import lake
+
+    data_path = settings().lake_data_path
+    if url not in _migrated:
+        with _migrate_lock:
+            con = lake.connect(url, data_path)
+            try:
+                _refuse_foreign(con, Path(lake.shown(url)))
+                lake.retrying(con, lambda: (lake.prepare(con), migrate(con)))
+            finally:
+                lake.release(con)
+            _migrated.add(url)
+    con = lake.connect(url, data_path)
+    try:
+        yield con
+    finally:
+        lake.release(con)

@@ -23,9 +23,10 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from workbench.config import spool_dir_of
+from workbench.config import is_lake, spool_dir_of
 from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
+from workbench.store import lake
 from workbench.store.db import is_lock_error, open_store
 from workbench.store.records import TABLES
 
@@ -122,22 +123,40 @@ def _derived(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]
         return frames, {}
 
 
-def _commit(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
+def commit_frames(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
             finished: list[Path], known_new: bool, superseded: dict[str, list[str]] | None = None) -> int:
-    """Every frame, the stored rows they supersede and the files' new offsets in one transaction."""
+    """Every frame, the stored rows they supersede and the files' new offsets in one transaction
+    (on a lake: retried while another writer's commit conflicts with it)."""
+    on_lake = lake.is_lake_connection(con)
+    if on_lake:
+        return lake.retrying(con, lambda: _transaction(con, frames, moved, finished, False, superseded, True))
+    return _transaction(con, frames, moved, finished, known_new, superseded, False)
+
+
+def _transaction(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame], moved: dict[str, int],
+                 finished: list[Path], known_new: bool, superseded: dict[str, list[str]] | None,
+                 on_lake: bool) -> int:
     count = 0
     con.execute("BEGIN TRANSACTION")
     try:
+        if on_lake:
+            lake.claim_write(con)
         for kind, keys in (superseded or {}).items():
             table, (key, *_), _ = TABLES[kind]
             con.execute(f"DELETE FROM {table} WHERE list_contains($keys, {key})", {"keys": keys})
         for kind in TABLES:  # table order: a run before its tags, calls before their bodies
             if kind in frames and frames[kind].height:
-                count += write_frame(con, kind, frames[kind], known_new)
-        for name, end in moved.items():
-            con.execute('INSERT OR REPLACE INTO spool_offsets VALUES (?, ?)', [name, end])
-        for path in finished:
-            con.execute("DELETE FROM spool_offsets WHERE file = ?", [path.name])
+                count += write_frame(con, kind, frames[kind], known_new, on_lake)
+        if on_lake:  # no key to replace by: the old offsets go first
+            files = list(moved) + [path.name for path in finished]
+            con.execute("DELETE FROM spool_offsets WHERE list_contains($files, file)", {"files": files})
+            for name, end in moved.items():
+                con.execute("INSERT INTO spool_offsets VALUES (?, ?)", [name, end])
+        else:
+            for name, end in moved.items():
+                con.execute('INSERT OR REPLACE INTO spool_offsets VALUES (?, ?)', [name, end])
+            for path in finished:
+                con.execute("DELETE FROM spool_offsets WHERE file = ?", [path.name])
         con.execute("COMMIT")
     except Exception:
         try:
@@ -169,20 +188,32 @@ def _frame(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> pl.D
 
 def write_rows(con: duckdb.DuckDBPyConnection, kind: str, rows: list[dict]) -> int:
     """Insert `rows` of one record kind in one statement; existing keys are kept or replaced."""
-    return write_frame(con, kind, _frame(con, TABLES[kind][0], rows))
+    return write_frame(con, kind, _frame(con, TABLES[kind][0], rows), on_lake=lake.is_lake_connection(con))
 
 
-def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, known_new: bool = False) -> int:
+def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, known_new: bool = False,
+                on_lake: bool = False) -> int:
     """Insert a frame of one record kind (the table's columns) in one statement. `known_new`: the
     keys are not in the table yet, so the plain insert (half the cost of a conflict-checking one)
-    is safe; it raises a constraint error if they were."""
+    is safe; it raises a constraint error if they were. A lake enforces no key: there, stored rows
+    of the same keys are deleted first (a replacing kind) or the batch's rows already stored are
+    left out (an anti-join), inside the caller's transaction."""
     table, key, replace = TABLES[kind]
-    if replace or not known_new:  # a repeated key inside a known-new batch fails the insert instead
+    if replace or not known_new or on_lake:  # a repeated key inside a known-new batch fails the insert instead
         frame = frame.unique(subset=list(key), keep="last" if replace else "first", maintain_order=True)
-    verb = "INSERT OR REPLACE INTO" if replace else ("INSERT INTO" if known_new else "INSERT OR IGNORE INTO")
     con.register("_batch", frame.to_arrow())
     # on an error the transaction is aborted (no unregister possible then); the next register replaces the view
-    con.execute(f"{verb} {table} BY NAME SELECT * FROM _batch")
+    if on_lake:
+        same = " AND ".join(f"{table}.{name} = b.{name}" for name in key)
+        if replace:
+            con.execute(f"DELETE FROM {table} WHERE EXISTS (SELECT 1 FROM _batch b WHERE {same})")
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch")
+        else:
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _batch b "
+                        f"WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE {same})")
+    else:
+        verb = "INSERT OR REPLACE INTO" if replace else ("INSERT INTO" if known_new else "INSERT OR IGNORE INTO")
+        con.execute(f"{verb} {table} BY NAME SELECT * FROM _batch")
     con.unregister("_batch")
     return frame.height
 
@@ -239,7 +270,7 @@ def _legacy_spools(db_path: Path, spool_dir: Path) -> list[Path]:
     """Spool files that Workbench 0.1 wrote into a bare `spool/` folder beside the store, before
     the store had a working folder: drained with the rest, so an upgrade loses no record."""
     legacy = db_path.parent / "spool"
-    if spool_dir.resolve() != spool_dir_of(db_path).resolve() or not legacy.is_dir():
+    if is_lake(db_path) or spool_dir.resolve() != spool_dir_of(db_path).resolve() or not legacy.is_dir():
         return []
     return sorted(path for path in legacy.glob("*.jsonl") if _SPOOL_FILE.fullmatch(path.name))
 
@@ -344,9 +375,9 @@ def _commit_any(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame],
     try:
         # records are new unless a file is read again (its offset row went with an unlink that did
         # not happen): the plain insert first, the conflict-checking one when a key was seen
-        count = _commit(con, frames, moved, finished, known_new=True, superseded=superseded)
+        count = commit_frames(con, frames, moved, finished, known_new=True, superseded=superseded)
     except duckdb.ConstraintException:
-        count = _commit(con, frames, moved, finished, known_new=False, superseded=superseded)
+        count = commit_frames(con, frames, moved, finished, known_new=False, superseded=superseded)
     return count - len(quarantined)
 
 
@@ -428,7 +459,7 @@ def _isolate(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]]) -
     if not records:
         return 0, []
     try:
-        return _commit(con, _frames_of(con, records), {}, [], known_new=False), []
+        return commit_frames(con, _frames_of(con, records), {}, [], known_new=False), []
     except Exception as exc:  # noqa: BLE001
         if _store_problem(exc):
             raise

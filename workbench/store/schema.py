@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import duckdb
 
 from workbench.errors import WorkbenchError
+from workbench.store import lake
 
 _CALL_COLUMNS = """
     call_id VARCHAR PRIMARY KEY,
@@ -272,10 +273,14 @@ def current_version(con: duckdb.DuckDBPyConnection) -> int:
 
 
 def migrate(con: duckdb.DuckDBPyConnection, target: int | None = None) -> int:
-    """Apply every migration after the store's version (up to `target`); returns the new version."""
-    con.execute(
+    """Apply every migration after the store's version (up to `target`); returns the new version.
+    On a lake, in the SQL it takes, each migration claiming the lake's write token (two processes
+    migrating at once: one conflicts, and retries on the version the other reached)."""
+    on_lake = lake.is_lake_connection(con)
+    adapted = lake.migration_sql if on_lake else (lambda sql: sql)
+    con.execute(adapted(
         "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, name VARCHAR, applied_at TIMESTAMPTZ)"
-    )
+    ))
     version = current_version(con)
     if version > len(MIGRATIONS):
         raise WorkbenchError(
@@ -286,7 +291,9 @@ def migrate(con: duckdb.DuckDBPyConnection, target: int | None = None) -> int:
     for number, (name, sql) in enumerate(MIGRATIONS[version:target], start=version + 1):
         con.execute("BEGIN TRANSACTION")
         try:
-            con.execute(sql)
+            if on_lake:
+                lake.claim_write(con)
+            con.execute(adapted(sql))
             con.execute(
                 "INSERT INTO schema_version VALUES (?, ?, ?)", [number, name, datetime.now(timezone.utc)]
             )
