@@ -25,9 +25,10 @@ def demo(db: Path, seed: int = 7) -> subprocess.CompletedProcess:
 def settled(db: Path) -> Path:
     """`db` once the demo's records are all in it: the demo leaves its last spooled records to a
     detached ingester at exit, and this waits for it (the ingest lock) and ingests what is left."""
+    from workbench.config import spool_dir_of
     from workbench.store.ingest import ingest_spools
 
-    ingest_spools(db, db.parent / "spool", wait=True)
+    ingest_spools(db, spool_dir_of(db), wait=True)
     return db
 
 

@@ -58,9 +58,10 @@ def test_a_folder_with_part_of_a_project_is_left_alone_and_the_next_commands_say
     assert (project, wrote) == (example_project(), False) and [p.name for p in tmp_path.iterdir()] == ["cassettes"]
     lines = suggested(summary_for(project, False), Path("my store.duckdb"), tmp_path)
     assert "workbench report cost --by model --db 'my store.duckdb'" in lines
-    [compare] = [line for line in lines if line.startswith("workbench eval compare")]
-    assert f"--evals {project / 'evals'}" in compare
+    compares = [line for line in lines if line.startswith("workbench eval compare")]
+    assert len(compares) == 2 and all(f"--evals {project / 'evals'}" in compare for compare in compares)
     env = {key: value for key, value in os.environ.items() if not key.startswith("WORKBENCH_")}
-    result = subprocess.run([sys.executable, "-m", "workbench", *compare.split()[1:]], cwd=tmp_path, timeout=300,
-                            env={**env, "WORKBENCH_DB": str(tmp_path / "wb.duckdb")}, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
+    for compare in compares:  # the two versions, then the matrix of versions and models: both replay here
+        result = subprocess.run([sys.executable, "-m", "workbench", *compare.split()[1:]], cwd=tmp_path, timeout=300,
+                                env={**env, "WORKBENCH_DB": str(tmp_path / "wb.duckdb")}, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr

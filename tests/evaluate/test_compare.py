@@ -13,6 +13,7 @@ from workbench.demo.answers import respond
 from workbench.money import ceil_div
 from workbench.store import queries
 from workbench.store.db import open_store
+from workbench.config import spool_dir_of
 from workbench.store.ingest import ingest_spools
 
 MATRIX = ["--versions", "v1,v2", "--models", "claude-haiku-4-5,gpt-4o-mini"]
@@ -65,7 +66,7 @@ def test_the_example_matrix_replays_offline_with_every_figure(examples):
 def test_the_matrix_is_in_the_store_with_the_same_figures(examples):
     result, data = compare_json(examples, *MATRIX, "--epochs", "1")
     assert result.returncode == 0, result.stderr
-    ingest_spools(examples / "wb.duckdb", examples / "spool")
+    ingest_spools(examples / "wb.duckdb", spool_dir_of(examples / "wb.duckdb"))
     with open_store(examples / "wb.duckdb", read_only=True) as con:
         [matrix] = queries.eval_matrices(con, queries.Filters()).to_dicts()
         cells = queries.eval_matrix(con, matrix["matrix_id"]).to_dicts()

@@ -164,13 +164,14 @@ def test_a_scorer_or_judge_that_cannot_score_leaves_no_verdict(robust, part, wha
 
 
 def test_errored_cases_are_stored_unscored(robust):
+    from workbench.config import spool_dir_of
     from workbench.store.db import open_store
     from workbench.store.ingest import ingest_spools
 
     root = robust()
     behave(root, target={"c0": "raise"})
     assert workbench_cli(root, "eval").returncode == 2
-    ingest_spools(root / "wb.duckdb", root / "spool")
+    ingest_spools(root / "wb.duckdb", spool_dir_of(root / "wb.duckdb"))
     with open_store(root / "wb.duckdb", read_only=True) as con:
         [(verdict, errored, code)] = con.execute(
             "SELECT verdict, errored_cases, error_code FROM eval_runs WHERE verdict <> 'recorded'").fetchall()
@@ -208,7 +209,7 @@ def test_zero_cases_is_no_verdict_with_or_without_recording(tmp_path, cases):
 
 
 def test_no_suite_found_is_no_verdict(tmp_path):
-    assert_no_verdict(workbench_cli(tmp_path, "eval"), "WB_EVAL_SUITE_INVALID", "evals is not a suite file or folder")
+    assert_no_verdict(workbench_cli(tmp_path, "eval"), "WB_EVAL_SUITE_INVALID", "evals is not a suite file (.py) or folder")
     (tmp_path / "evals").mkdir()
     (tmp_path / "evals" / "helpers.py").write_text("TOLERANCE = 0.05\n")  # a file that defines no suite
     assert_no_verdict(workbench_cli(tmp_path, "eval"), "no suites under evals")
@@ -230,10 +231,11 @@ def test_the_gate_refuses_a_released_prompt_whose_content_moved(examples):
         assert_no_verdict(result, "WB_PROMPT_VERSION", "ticket-classifier version", "changed since it was released",
                           "bump the version")
         assert "cases" not in result.stdout  # nothing ran
+    from workbench.config import spool_dir_of
     from workbench.store.db import open_store
     from workbench.store.ingest import ingest_spools
 
-    ingest_spools(examples / "wb.duckdb", examples / "spool")
+    ingest_spools(examples / "wb.duckdb", spool_dir_of(examples / "wb.duckdb"))
     if (examples / "wb.duckdb").exists():
         with open_store(examples / "wb.duckdb", read_only=True) as con:
             assert con.execute("SELECT count(*) FROM eval_runs").fetchall() == [(0,)]

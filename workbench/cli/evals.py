@@ -20,7 +20,7 @@ from workbench.cli.core import (
 from workbench.errors import WorkbenchError
 
 Mode, CompareMode = choices("Mode", "replay", "record", "rerecord", "live"), choices("CompareMode", "replay", "record", "live")
-CompareFormat = choices("CompareFormat", "table", "markdown", "json")
+CompareFormat = choices("CompareFormat", "table", "csv", "json", "markdown")
 
 def _suites(names: list[str], evals: Path):
     from workbench.evaluate.suite import find_suite, load_suites
@@ -127,19 +127,19 @@ def eval_compare(
     evals: Annotated[Path, typer.Option(help="the folder of suite files")] = Path("evals"),
     mode: Annotated[CompareMode | None, typer.Option(help="replay (default: recorded cells only), record (live calls "
                                                           "only for what is not recorded) or live")] = None,
-    fmt: Annotated[CompareFormat, typer.Option("--format", help="a table, or Markdown or JSON")] = CompareFormat.table,
-    out: Annotated[Path | None, typer.Option(help="write the markdown or json here instead of stdout")] = None,
+    fmt: Annotated[CompareFormat, typer.Option("--format", help="a table, or CSV, JSON or Markdown")] = CompareFormat.table,
+    out: Annotated[Path | None, typer.Option(help="write the CSV, JSON or Markdown here instead of stdout")] = None,
 ) -> None:
     """Prompt versions x models side by side: per cell the mean and its spread, the cases that moved
     against the reference cell, the cost per case and the latency (median, p95)."""
-    from workbench.evaluate.compare import HEADERS, rows, run_matrix, to_json, to_markdown
+    from workbench.evaluate.compare import HEADERS, rows, run_matrix, to_csv, to_json, to_markdown
 
     (suite,) = _suites([suite_name], evals)
     chosen = [*(positional or []), *_listed(versions)] or [suite.prompt.version]
     matrix = run_matrix(suite, chosen, _listed(models) or [suite.prompt.model], mode and mode.value, epochs, reference,
                         confidence)
     if fmt != "table":
-        text = (to_json if fmt == "json" else to_markdown)(matrix)
+        text = {"json": to_json, "csv": to_csv, "markdown": to_markdown}[fmt.value](matrix)
         if out is None:
             sys.stdout.write(text)
         else:

@@ -217,6 +217,23 @@ def to_json(matrix: Matrix) -> str:
     return json.dumps(summary(matrix), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def to_csv(matrix: Matrix) -> str:
+    """One row per cell, every field of the JSON's cells (money as exact integer micros; a nested
+    value as JSON)."""
+    import csv
+    import io
+
+    cells = summary(matrix)["cells"]
+    columns = list(dict.fromkeys(key for cell in cells for key in cell))
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(columns)
+    for cell in cells:
+        writer.writerow(["" if cell.get(key) is None else json.dumps(cell[key], sort_keys=True)
+                         if isinstance(cell[key], (dict, list)) else cell[key] for key in columns])
+    return text.getvalue()
+
+
 def _mean(cell: dict) -> str:
     if cell["error"] is not None:
         return f"not run: {cell['error']['code']}"
