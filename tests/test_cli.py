@@ -190,6 +190,8 @@ HOSTILE: list[tuple[str, list[str]]] = [
     ("eval compare", ["classifier", "v1", "v2", "--mode", "sometimes"]), ("eval compare", ["classifier", "--epochs", "0"]),
     ("eval compare", ["classifier", "--format", "yaml"]), ("runs resume", ["[/nope]", "--db", "{store}", "--", "true"]),
     ("runs resume", ["abc", "--db", "{tmp}/missing.duckdb", "--", "true"]),
+    ("store maintain", ["--keep-days", "-1", "--db", "{store}"]), ("store maintain", ["--db", "{tmp}/missing.duckdb"]),
+    ("store copy", ["--db", "{store}", "--to", "{tmp}"]), ("store copy", ["--db", "{tmp}/missing.duckdb", "--to", "{tmp}/x.duckdb"]),
     ("eval cases-from-runs", []), ("eval cases-from-runs", ["--prompt", "p", "--limit", "-3"]),
     ("eval cases-from-runs", ["--prompt", "p", "--since", "2020-13-45"]),
     ("eval cases-from-runs", ["--prompt", "[/p]"]), ("eval cases-from-runs", ["--prompt", "p", "--limit", "1e999"]),

@@ -67,7 +67,7 @@ def first(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
 def con(first):
     result, db = first
     assert result.returncode == 0, result.stderr
-    with duckdb.connect(str(db), read_only=True) as connection:
+    with duckdb.connect(str(settled(db)), read_only=True) as connection:
         yield connection
 
 

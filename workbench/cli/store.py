@@ -9,6 +9,19 @@ import typer
 from rich.table import Table
 
 from workbench.cli.core import DbOption, Format, FormatOption, _emit, console, store_app
+from workbench.errors import WorkbenchError
+
+
+def _existing(db: Path | None):
+    """The store a command works on (--db, else the db setting): a lake, or a file that exists; a
+    missing file is never created here (a typo would make an empty store and report nothing)."""
+    from workbench.config import is_lake, settings
+
+    store = db or settings().db
+    if not is_lake(store) and not Path(store).exists():
+        raise WorkbenchError("WB_STORE_INVALID", f"there is no store at {store}",
+                             "name an existing store with --db, or record something first: `workbench demo`")
+    return store
 
 
 @store_app.command("maintain")
@@ -20,10 +33,9 @@ def store_maintain(
     """DuckLake's maintenance: flush inlined rows into Parquet files, merge adjacent small files,
     expire snapshots older than --keep-days, delete the files no snapshot needs. Run it from one
     machine, e.g. nightly; a local file store is checkpointed only."""
-    from workbench.config import settings
     from workbench.store.lake import maintain_store
 
-    done = maintain_store(db or settings().db, keep_days)
+    done = maintain_store(_existing(db), keep_days)
     if fmt != "table":
         _emit([{"step": step, "count": count} for step, count in done.items()], fmt, "maintain")
         return
@@ -43,11 +55,11 @@ def store_copy(
 ) -> None:
     """Copy every record of the store (--db, default the db setting) into another: a local file
     into a lake, or a lake into a file. Idempotent: run again, it adds only what is missing."""
-    from workbench.config import is_lake, settings
+    from workbench.config import is_lake
     from workbench.store.copy import copy_store
     from workbench.store.lake import shown
 
-    source = db or settings().db
+    source = _existing(db)
     target = to if is_lake(to) else Path(to)
     before, after = copy_store(source, target)
     rows = [{"table": name, "source": before[name], "target": after[name]} for name in before]
