@@ -22,6 +22,9 @@ import duckdb
 import pytest
 from packaging.requirements import Requirement
 
+from workbench.config import spool_dir_of
+from workbench.store.ingest import ingest_spools
+
 REPO = Path(__file__).resolve().parents[1]
 # what the build reads: the project file and the folders and files it packages (not a venv, a store, ...)
 SOURCES = ("pyproject.toml", "README.md", "workbench", "dashboards", "models.toml", "evals", "cassettes")
@@ -155,7 +158,9 @@ def test_the_wheel_alone_runs_the_demo_from_an_empty_folder_and_every_next_comma
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert "Wrote the example project into" in demo.stdout and "unpriced" not in demo.stdout
     assert {path.name for path in empty.iterdir()} == {".workbench", "models.toml", "evals", "cassettes"}
-    with duckdb.connect(str(empty / ".workbench" / "workbench.duckdb"), read_only=True) as con:
+    store = empty / ".workbench" / "workbench.duckdb"
+    ingest_spools(store, spool_dir_of(store), wait=True)  # after the ingester the demo left at exit
+    with duckdb.connect(str(store), read_only=True) as con:
         calls, unpriced = con.execute(
             "SELECT count(*), count(*) FILTER (WHERE settled AND cost_micros IS NULL) FROM calls").fetchall()[0]
     assert calls > 0 and unpriced == 0

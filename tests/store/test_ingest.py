@@ -103,3 +103,24 @@ def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
     for kind in fast:
         assert fast[kind].to_dicts() == slow[kind].to_dicts(), kind
     assert fast["run_tag"].to_dicts()[0]["value"] == tricky
+
+
+def test_a_batch_cut_by_its_budget_ends_between_calls(tmp_path):
+    """A call's records (its prefix line, the call, its body) are read in one batch, so insight
+    judges the call with its prefix: a budget that ends mid-call ends the batch before that call."""
+    from workbench.store.ingest import _read_lines
+
+    lines = []
+    for n in range(3):
+        lines += [{"kind": "call_prefix", "row": {"call_id": f"c{n}"}}, {"kind": "call", "row": {"call_id": f"c{n}"}},
+                  {"kind": "call_body", "row": {"call_id": f"c{n}", "request_json": "x" * 50}}]
+    spool = tmp_path / "host-1-0badf11e.jsonl"
+    spool.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+    whole = spool.read_bytes()
+    offset, batches = 0, []
+    while offset < len(whole):
+        data, offset = _read_lines(spool, offset, limit=len(whole) // 2)  # ends inside the second call
+        batches.append([json.loads(line) for line in data.splitlines()])
+    assert [[(line["kind"], line["row"]["call_id"]) for line in batch] for batch in batches][0] == [
+        ("call_prefix", "c0"), ("call", "c0"), ("call_body", "c0")]
+    assert sum(batches, []) == lines  # nothing lost, nothing read twice

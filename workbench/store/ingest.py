@@ -79,8 +79,27 @@ def _read_lines(path: Path, offset: int, limit: int | None = None) -> tuple[byte
             end = data.rfind(b"\n")
     if end < 0:
         return b"", offset
+    if limit is not None and len(data) >= limit:  # cut by the budget: end the batch between calls
+        end = _before_last_call(data, end)
     # no torn tail (the usual case): the bytes as read, not a copy of megabytes
     return (data if end == len(data) - 1 else data[: end + 1]), offset + end + 1
+
+
+_CALL_LINE = re.compile(rb'\n\{"kind": ?"(call|call_prefix)"')
+
+
+def _before_last_call(data: bytes, end: int) -> int:
+    """Where to end a batch of the lines in `data[:end + 1]` so the last call's records (its prefix
+    line, then the call, then its body) go in together with the next batch: insight judges a call
+    with its prefix, once. `end` itself when no call starts after the first line."""
+    starts = [(match.start(), match.group(1)) for match in _CALL_LINE.finditer(data, 0, end)]
+    if not starts:
+        return end
+    cut, kind = starts[-1]
+    if kind == b"call" and len(starts) > 1 and starts[-2][1] == b"call_prefix" \
+            and data.rfind(b"\n", 0, cut) == starts[-2][0]:  # the prefix line right before it
+        cut = starts[-2][0]
+    return cut if cut > 0 else end
 
 
 def _schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, pl.DataType]]:
