@@ -328,9 +328,9 @@ def vcr_cassette_dir():
     return "recordings"  # relative: to this file, not to the working directory
 
 
-@pytest.mark.vcr("shared.yaml")
+@pytest.mark.vcr("extra.yaml")
 def test_extra_cassette():
-    assert [ask("own"), ask("shared")] == ["recorded: own", "recorded: shared"]
+    assert [ask("own"), ask("extra")] == ["recorded: own", "recorded: extra"]
 
 
 @pytest.mark.default_cassette("renamed")
@@ -352,7 +352,7 @@ def test_cassette_names_folders_and_extra_cassettes_resolve_from_the_test_file(i
     (folder / "ask.py").write_text(ASK)
     recordings = folder / "recordings"
     _write_chat_cassette(recordings / "test_extra_cassette.yaml", "own")
-    _write_chat_cassette(recordings / "shared.yaml", "shared")
+    _write_chat_cassette(recordings / "extra.yaml", "extra")
     _write_chat_cassette(recordings / "renamed.yaml", "renamed")
     _write_chat_cassette(recordings / "test_json.json", "as json")
     monkeypatch.setenv("FAKE_URL", DEAD)

@@ -67,8 +67,8 @@ def test_the_scope_is_the_actor_and_by_default_the_outermost_run(store, fake):
         assert llm(gateway, "Hello") == "for u-1"
     assert len(fake.requests) == 4
     shared = cached_gateway(fake, shared=True)
-    fake.script("shared")
-    assert [llm(shared, "Hi", actor=actor) for actor in ("a", "b")] == ["shared", "shared"]
+    fake.script("one answer for everyone")
+    assert [llm(shared, "Hi", actor=actor) for actor in ("a", "b")] == ["one answer for everyone"] * 2
 
 
 def test_the_prompt_hash_is_in_the_key(store, fake):

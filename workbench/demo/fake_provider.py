@@ -51,7 +51,6 @@ import hashlib
 import itertools
 import json
 import math
-import re
 import threading
 import time
 from collections import deque
@@ -61,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from workbench.demo.fake_embeddings import inputs_of, render_embeddings
+from workbench.demo.fake_wires import RENDERERS, Turn, dumps
 
 __all__ = [
     "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "Served", "count_tokens",
@@ -68,7 +68,6 @@ __all__ = [
     "make_transports", "ANTHROPIC_MIN_CACHE_TOKENS",
 ]
 
-CREATED = 1_700_000_000  # fixed clock: identical scripts give identical bytes
 # Anthropic's smallest cacheable prefix by model (its prompt-caching docs, late 2025): a shorter
 # marked prefix is neither written nor read, silently
 ANTHROPIC_MIN_CACHE_TOKENS: dict[str, int] = {
@@ -154,10 +153,6 @@ def count_tokens(text: str) -> int:
 
 # ---------------------------------------------------------------- request helpers
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-
-
 def _strip_cc(obj: Any) -> Any:
     # a cache mark is not content: moving it must not change a prefix's hash
     return {k: v for k, v in obj.items() if k != "cache_control"} if isinstance(obj, dict) else obj
@@ -168,7 +163,7 @@ def _block_text(block: Any) -> str:
         return block
     if isinstance(block, dict) and isinstance(block.get("text"), str):
         return block["text"]
-    return _dumps(_strip_cc(block))
+    return dumps(_strip_cc(block))
 
 
 def _content_text(content: Any) -> str:
@@ -207,22 +202,22 @@ def _wire_of(method: str, path: str) -> str | None:
 
 def _anthropic_segments(body: dict) -> list[tuple[str, str, bool]]:
     """(hash material, countable text, has cache mark) in Anthropic's prefix order."""
-    segs = [(_dumps(_strip_cc(t)), _dumps(_strip_cc(t)), "cache_control" in t)
+    segs = [(dumps(_strip_cc(t)), dumps(_strip_cc(t)), "cache_control" in t)
             for t in body.get("tools") or [] if isinstance(t, dict)]
     system = body.get("system")
     blocks = [system] if isinstance(system, str) else (system or [])
-    segs += [("system:" + _dumps(_strip_cc(b)), _block_text(b), isinstance(b, dict) and "cache_control" in b)
+    segs += [("system:" + dumps(_strip_cc(b)), _block_text(b), isinstance(b, dict) and "cache_control" in b)
              for b in blocks]
     for m in body.get("messages") or []:
         content = m.get("content")
         for b in [content] if isinstance(content, str) else (content or []):
-            segs.append((m.get("role", "") + ":" + _dumps(_strip_cc(b)), _block_text(b),
+            segs.append((m.get("role", "") + ":" + dumps(_strip_cc(b)), _block_text(b),
                          isinstance(b, dict) and "cache_control" in b))
     return segs
 
 
 def _openai_prompt(wire: str, body: dict) -> str:
-    parts = [_dumps(body["tools"])] if body.get("tools") else []
+    parts = [dumps(body["tools"])] if body.get("tools") else []
     if wire == "openai.responses":
         if body.get("instructions"):
             parts.append("system: " + str(body["instructions"]))
@@ -237,7 +232,7 @@ def _openai_prompt(wire: str, body: dict) -> str:
         # a message is "role: text"; anything else it carries (tool calls, call ids, outputs) as JSON
         rest = {k: v for k, v in m.items() if k not in ("role", "content", "type")}
         line = f"{m.get('role') or m.get('type', '')}: {_content_text(m.get('content'))}"
-        parts.append(line + (" " + _dumps(rest) if rest else ""))
+        parts.append(line + (" " + dumps(rest) if rest else ""))
     return "\n".join(parts)
 
 
@@ -251,26 +246,7 @@ def _last_user_text(wire: str, body: dict) -> str:
     return ""
 
 
-# ---------------------------------------------------------------- stop reasons and errors
-
-_STOP_ALIASES = {
-    "end": {"end_turn", "stop", "completed", "stop_sequence"},
-    "tool": {"tool_use", "tool_calls"},
-    "length": {"max_tokens", "length", "max_output_tokens", "incomplete"},
-}
-_STOP_SPELLING = {  # canonical -> per-wire spelling (Responses: the incomplete reason, or None)
-    "openai.chat": {"end": "stop", "tool": "tool_calls", "length": "length"},
-    "anthropic.messages": {"end": "end_turn", "tool": "tool_use", "length": "max_tokens"},
-    "openai.responses": {"end": None, "tool": None, "length": "max_output_tokens"},
-}
-
-
-def _stop_for(wire: str, raw: str) -> str | None:
-    for canon, names in _STOP_ALIASES.items():
-        if raw in names:
-            return _STOP_SPELLING[wire][canon]
-    return raw  # e.g. "refusal", "content_filter", "pause_turn": passed through
-
+# ---------------------------------------------------------------- errors
 
 _OPENAI_ERRORS = {400: ("invalid_request_error", None), 401: ("invalid_request_error", "invalid_api_key"),
                   403: ("permission_error", None), 404: ("invalid_request_error", "not_found"),
@@ -304,42 +280,7 @@ def _json_response(status: int, obj: Any, headers: dict[str, str]) -> FakeRespon
                                  **headers}, [data])
 
 
-def _sse(event: str | None, data: Any) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return ((f"event: {event}\n" if event else "") + f"data: {payload}\n\n").encode()
-
-
-def _pieces(text: str) -> list[str]:
-    """Word-sized stream deltas; joined they are exactly the text."""
-    return re.findall(r"\S+\s*|\s+", text)
-
-
-def _loads_or_empty(args: str) -> Any:
-    try:
-        return json.loads(args)
-    except json.JSONDecodeError:
-        return {}
-
-
-def _halves(s: str) -> list[str]:
-    return [p for p in (s[: len(s) // 2], s[len(s) // 2:]) if p]
-
-
 # ---------------------------------------------------------------- the provider
-
-@dataclass
-class _Turn:
-    """Everything a wire renderer needs; computed once, wire-independently."""
-
-    n: int
-    model: str
-    text: str | None
-    refusal: str | None
-    calls: list[tuple[str, str, str]]  # (call id, name, JSON arguments)
-    stop: str  # raw, any wire's spelling
-    usage: dict[str, int]  # input_tokens (uncached), cache_read/write_tokens, output/reasoning_tokens
-    usage_reported: bool = True
-
 
 class FakeProvider:
     """Scriptable, deterministic, thread-safe. See the module docstring for tokens and caching."""
@@ -447,7 +388,7 @@ class FakeProvider:
         reported = turn.usage_reported and (not stream or wire != "openai.chat"
                                             or bool((body.get("stream_options") or {}).get("include_usage")))
         self.served.append(Served(wire, turn.model, stream, dict(turn.usage) if reported else None))
-        idh, render = _RENDERERS[wire]
+        idh, render = RENDERERS[wire]
         if reply.retry_after is not None:
             extra["retry-after"] = f"{reply.retry_after:g}"
         obj_or_events = render(turn, body, stream)
@@ -549,9 +490,9 @@ class FakeProvider:
         return cached, 0
 
     def _turn(self, n: int, wire: str, body: dict, model: str, reply: Reply, total: int,
-              read: int, write: int) -> _Turn:
+              read: int, write: int) -> Turn:
         prefix = "toolu_fake" if wire.startswith("anthropic") else "call_fake"
-        calls = [(f"{prefix}{n:06d}_{i}", name, _dumps(args) if not isinstance(args, str) else args)
+        calls = [(f"{prefix}{n:06d}_{i}", name, dumps(args) if not isinstance(args, str) else args)
                  for i, (name, args) in enumerate(reply.tool_calls)]
         text, stop = reply.text, reply.stop_reason
         limit = body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
@@ -570,173 +511,7 @@ class FakeProvider:
                  "output_tokens": max(1, visible(text) + reply.reasoning_tokens),
                  "reasoning_tokens": reply.reasoning_tokens}
         usage.update(reply.usage or {})
-        return _Turn(n, reply.model or model, text, reply.refusal, calls, stop, usage, reply.usage_reported)
-
-
-# ---------------------------------------------------------------- OpenAI chat completions
-
-def _chat_usage(u: dict[str, int]) -> dict:
-    prompt = u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"]  # INCLUDES cached
-    return {"prompt_tokens": prompt, "completion_tokens": u["output_tokens"],
-            "total_tokens": prompt + u["output_tokens"],
-            "prompt_tokens_details": {"cached_tokens": u["cache_read_tokens"], "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": u["reasoning_tokens"], "audio_tokens": 0,
-                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}
-
-
-def _render_chat(t: _Turn, body: dict, stream: bool) -> Any:
-    finish = _stop_for("openai.chat", t.stop)
-    head = {"id": f"chatcmpl-fake{t.n:06d}", "created": CREATED, "model": t.model,
-            "service_tier": "default", "system_fingerprint": "fp_fake"}
-    if not stream:
-        message: dict = {"role": "assistant", "content": t.text, "refusal": t.refusal, "annotations": []}
-        if t.calls:
-            message["tool_calls"] = [{"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-                                     for cid, name, args in t.calls]
-        reported = {"usage": _chat_usage(t.usage)} if t.usage_reported else {}
-        return {**head, "object": "chat.completion", **reported,
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}]}
-    include_usage = bool((body.get("stream_options") or {}).get("include_usage")) and t.usage_reported
-    head = {**head, "object": "chat.completion.chunk", **({"usage": None} if include_usage else {})}
-
-    def chunk(delta: dict, finish_reason: str | None = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return _sse(None, {**head, "choices": [choice]})
-
-    events = [chunk({"role": "assistant", "content": "", "refusal": None})]
-    events += [chunk({"content": p}) for p in _pieces(t.text or "")]
-    events += [chunk({"refusal": p}) for p in _pieces(t.refusal or "")]
-    for i, (cid, name, args) in enumerate(t.calls):
-        events.append(chunk({"tool_calls": [{"index": i, "id": cid, "type": "function",
-                                             "function": {"name": name, "arguments": ""}}]}))
-        events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]}) for p in _halves(args)]
-    events.append(chunk({}, finish))
-    if include_usage:  # as OpenAI: usage only on request, in a last chunk with no choices
-        events.append(_sse(None, {**head, "choices": [], "usage": _chat_usage(t.usage)}))
-    events.append(_sse(None, "[DONE]"))
-    return events
-
-
-# ---------------------------------------------------------------- OpenAI Responses
-
-def _render_responses(t: _Turn, body: dict, stream: bool) -> Any:
-    reason = _stop_for("openai.responses", t.stop)
-    u = t.usage
-    inp = u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"]  # INCLUDES cached
-    usage = {"input_tokens": inp, "input_tokens_details": {"cached_tokens": u["cache_read_tokens"]},
-             "output_tokens": u["output_tokens"],
-             "output_tokens_details": {"reasoning_tokens": u["reasoning_tokens"]},
-             "total_tokens": inp + u["output_tokens"]}
-    items: list[dict] = []
-    if u["reasoning_tokens"]:
-        items.append({"id": f"rs_fake{t.n:06d}", "type": "reasoning", "summary": []})
-    parts = []
-    if t.text is not None:
-        parts.append({"type": "output_text", "text": t.text, "annotations": [], "logprobs": []})
-    if t.refusal is not None:
-        parts.append({"type": "refusal", "refusal": t.refusal})
-    if parts:
-        items.append({"id": f"msg_fake{t.n:06d}", "type": "message", "status": "completed",
-                      "role": "assistant", "content": parts})
-    items += [{"id": f"fc_fake{t.n:06d}_{i}", "type": "function_call", "status": "completed", "call_id": cid,
-               "name": name, "arguments": args} for i, (cid, name, args) in enumerate(t.calls)]
-    status = "incomplete" if reason else "completed"
-    final = {"id": f"resp_fake{t.n:06d}", "object": "response", "created_at": CREATED, "status": status,
-             "model": t.model, "output": items, "usage": usage, "error": None,
-             "incomplete_details": {"reason": reason} if reason else None,
-             "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
-             "parallel_tool_calls": body.get("parallel_tool_calls", True), "previous_response_id": None,
-             "temperature": body.get("temperature", 1.0), "top_p": body.get("top_p", 1.0),
-             "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools", []),
-             "text": {"format": {"type": "text"}}, "reasoning": {"effort": None, "summary": None},
-             "truncation": "disabled", "store": True, "metadata": {}, "service_tier": "default"}
-    if not stream:
-        return final
-    seq = itertools.count(0)
-    events: list[bytes] = []
-
-    def ev(etype: str, **data: Any) -> None:
-        events.append(_sse(etype, {"type": etype, "sequence_number": next(seq), **data}))
-
-    pending = {**final, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
-    ev("response.created", response=pending)
-    ev("response.in_progress", response=pending)
-    for oi, item in enumerate(items):
-        iid = item["id"]
-        if item["type"] == "message":
-            ev("response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "content": []})
-            for ci, part in enumerate(item["content"]):
-                loc = {"item_id": iid, "output_index": oi, "content_index": ci}
-                if part["type"] == "output_text":
-                    ev("response.content_part.added", **loc, part={**part, "text": ""})
-                    for p in _pieces(part["text"]):
-                        ev("response.output_text.delta", **loc, delta=p, logprobs=[])
-                    ev("response.output_text.done", **loc, text=part["text"], logprobs=[])
-                else:
-                    ev("response.content_part.added", **loc, part={**part, "refusal": ""})
-                    for p in _pieces(part["refusal"]):
-                        ev("response.refusal.delta", **loc, delta=p)
-                    ev("response.refusal.done", **loc, refusal=part["refusal"])
-                ev("response.content_part.done", **loc, part=part)
-        elif item["type"] == "function_call":
-            ev("response.output_item.added", output_index=oi,
-               item={**item, "status": "in_progress", "arguments": ""})
-            for p in _halves(item["arguments"]):
-                ev("response.function_call_arguments.delta", item_id=iid, output_index=oi, delta=p)
-            ev("response.function_call_arguments.done", item_id=iid, output_index=oi,
-               name=item["name"], arguments=item["arguments"])
-        else:
-            ev("response.output_item.added", output_index=oi, item=item)
-        ev("response.output_item.done", output_index=oi, item=item)
-    ev(f"response.{status}", response=final)  # response.incomplete when cut short, as OpenAI
-    return events
-
-
-# ---------------------------------------------------------------- Anthropic Messages
-
-def _render_anthropic(t: _Turn, body: dict, stream: bool) -> Any:
-    u = t.usage
-    usage = {"input_tokens": u["input_tokens"],  # EXCLUDES cache reads and writes
-             "cache_creation_input_tokens": u["cache_write_tokens"],
-             "cache_read_input_tokens": u["cache_read_tokens"],
-             "cache_creation": {"ephemeral_5m_input_tokens": u["cache_write_tokens"], "ephemeral_1h_input_tokens": 0},
-             "output_tokens": u["output_tokens"], "service_tier": "standard"}
-    blocks: list[dict] = []
-    if t.text is not None or t.refusal is not None:
-        blocks.append({"type": "text", "text": t.text if t.text is not None else t.refusal})
-    blocks += [{"type": "tool_use", "id": cid, "name": name, "input": _loads_or_empty(args)}
-               for cid, name, args in t.calls]
-    stop = _stop_for("anthropic.messages", t.stop)
-    msg = {"id": f"msg_fake{t.n:06d}", "type": "message", "role": "assistant", "model": t.model,
-           "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
-    if not stream:
-        return msg
-
-    def ev(etype: str, **data: Any) -> bytes:
-        return _sse(etype, {"type": etype, **data})
-
-    start_usage = {**usage, "output_tokens": 1}  # as Anthropic: a placeholder until message_delta
-    events = [ev("message_start", message={**msg, "content": [], "stop_reason": None, "usage": start_usage}),
-              ev("ping")]
-    for i, b in enumerate(blocks):
-        if b["type"] == "text":
-            events.append(ev("content_block_start", index=i, content_block={"type": "text", "text": ""}))
-            events += [ev("content_block_delta", index=i, delta={"type": "text_delta", "text": p})
-                       for p in _pieces(b["text"])]
-        else:
-            events.append(ev("content_block_start", index=i, content_block={**b, "input": {}}))
-            events += [ev("content_block_delta", index=i, delta={"type": "input_json_delta", "partial_json": p})
-                       for p in _halves(_dumps(b["input"]))]
-        events.append(ev("content_block_stop", index=i))
-    final_usage = {k: usage[k] for k in ("input_tokens", "cache_creation_input_tokens",
-                                         "cache_read_input_tokens", "output_tokens")}
-    events.append(ev("message_delta", delta={"stop_reason": stop, "stop_sequence": None}, usage=final_usage))
-    events.append(ev("message_stop"))
-    return events
-
-
-_RENDERERS = {"openai.chat": ("x-request-id", _render_chat), "openai.responses": ("x-request-id", _render_responses),
-              "anthropic.messages": ("request-id", _render_anthropic)}
+        return Turn(n, reply.model or model, text, reply.refusal, calls, stop, usage, reply.usage_reported)
 
 
 # ---------------------------------------------------------------- in-process transports
