@@ -38,6 +38,7 @@ _REASONS_SHOWN = 5
 
 
 def is_loopback(host: str) -> bool:
+    """Only loopback addresses and `localhost`; a host name may resolve to anything."""
     if host == "localhost":
         return True
     try:

@@ -24,17 +24,13 @@ def dashboard_app() -> Path | None:
 def _exposed_without_password(host: str) -> WorkbenchError | None:
     """Beyond loopback, the dashboard shows every prompt, answer and bill to the network: only
     behind a password the user set (never a default), long enough not to be guessed."""
-    import ipaddress
     import os
 
+    from workbench.capture.collector import is_loopback
     from workbench.config import DASHBOARD_PASSWORD_ENV as PASSWORD_ENV
 
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        loopback = False
     password = os.environ.get(PASSWORD_ENV, "")
-    if loopback or len(password) >= 12:
+    if is_loopback(host) or len(password) >= 12:
         return None
     make = "export WORKBENCH_DASHBOARD_PASSWORD=\"$(python -c 'import secrets; print(secrets.token_urlsafe(18))')\""
     cause = (f"--host {host} would show every recorded prompt, answer and bill to the network, and "
