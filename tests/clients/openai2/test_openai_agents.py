@@ -24,7 +24,7 @@ PROMPT = "Say hello"
 def _agent(url: str) -> Agent:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0,
                                 http_client=workbench.async_httpx_client())
-    set_default_openai_client(client, use_for_tracing=False)
+    set_default_openai_client(client)
     set_tracing_disabled(True)
     return Agent(name="greeter", instructions="Be brief.", model="wbt-gpt")  # the default client, on Responses
 
