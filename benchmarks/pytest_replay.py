@@ -157,7 +157,7 @@ def main() -> None:
     work = args.work or Path(tempfile.gettempdir()) / "wb-pytest-replay"
     work.mkdir(parents=True, exist_ok=True)
     environment()
-    variants = [*VARIANTS, *(["Workbench before"] if args.before else [])]
+    variants = ["pytest-recording", "Workbench", *(["Workbench before"] if args.before else [])]
     rows = []
     for n in args.sizes:
         suite = make_suite(work, n)
