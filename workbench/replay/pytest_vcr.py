@@ -39,6 +39,7 @@ _WORKBENCH_MODE = {"none": "replay", "new_episodes": "record", "all": "rerecord"
 _VCRPY_MODE = {"replay": "none", "record": "new_episodes", "rerecord": "all"}
 _VCRPY_DEFAULT_MATCH_ON = ("method", "scheme", "host", "port", "path", "query")
 _MATCHED_WITHOUT_BODY = pytest.StashKey[list]()
+_PLAN = pytest.StashKey[tuple]()  # a test's plan: block_network and vcr both need it
 _OPTIONS = (
     ("--record-mode", {"action": "store", "default": None, "choices": RECORD_MODES,
                        "help": 'cassette record mode (pytest-recording\'s; served by Workbench). Default: "none"'}),
@@ -86,6 +87,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "allowed_hosts: regexes of hosts to which connections are allowed",
     ):
         config.addinivalue_line("markers", line)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    if _PLAN in item.stash:  # a rerun of the test (pytest-rerunfailures) plans afresh
+        del item.stash[_PLAN]
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
@@ -201,7 +208,15 @@ def vcr(request: pytest.FixtureRequest, vcr_markers: list, record_mode: str, dis
 
 def _plan(request: pytest.FixtureRequest, markers: list, record_mode: str) -> tuple[Path, str, dict, list[Path]]:
     """The cassette's path, Workbench's mode, the merged vcr options and the extra cassettes, as
-    pytest-recording resolves them, except that relative folders start at the test file."""
+    pytest-recording resolves them, except that relative folders start at the test file. Worked out
+    once per test (it deep-copies vcr_config and asks the file system whether the cassette exists)."""
+    plan = request.node.stash.get(_PLAN, None)
+    if plan is None:
+        plan = request.node.stash[_PLAN] = _resolve_plan(request, markers, record_mode)
+    return plan
+
+
+def _resolve_plan(request: pytest.FixtureRequest, markers: list, record_mode: str) -> tuple[Path, str, dict, list[Path]]:
     merged = copy.deepcopy(request.getfixturevalue("vcr_config"))
     for marker in reversed(markers):
         merged.update(marker.kwargs)
