@@ -229,3 +229,43 @@ def test_xdist_workers_keep_their_cassettes_apart(pytester, monkeypatch, tmp_pat
         recorded = json.loads((pytester.path / "cassettes" / "test_xdist" / f"test_word_{word}.json").read_text())
         assert [json.loads(item["request"]["body"])["messages"][0]["content"]
                 for item in recorded["interactions"]] == [word]
+
+
+SHARED = '''
+import pytest
+
+from workbench.demo.fake_provider import FakeProvider, FakeTransport
+from workbench.replay.session import played_record_path
+
+URL = "http://fake.test/v1/chat/completions"
+
+
+def ask(cassette, text):
+    client = cassette.http_client(transport=FakeTransport(FakeProvider()))
+    return client.post(URL, json={"model": "wbt-gpt", "messages": [{"role": "user", "content": text}]})
+
+
+@pytest.mark.workbench_cassette("shared.json")
+@pytest.mark.parametrize("text", ["zero", "one", "two"])
+def test_ask(workbench_cassette, text):
+    assert ask(workbench_cassette, text).status_code == 200
+    if workbench_cassette.mode == "replay":
+        print(f"PLAYED_RECORD_DURING_SUITE={played_record_path(workbench_cassette.path).exists()}")
+'''
+
+
+def test_what_a_suite_played_is_written_once_when_it_ends(pytester, monkeypatch, tmp_path):
+    """One record for the whole suite (not a lock and a rewrite per test), covering every test's plays:
+    `workbench cassettes check` then lists nothing as stale."""
+    monkeypatch.setenv("WORKBENCH_DB", str(tmp_path / "inner" / "wb.duckdb"))
+    pytester.makepyfile(test_shared=SHARED)
+    pytester.runpytest_inprocess("--workbench-record-mode=record", "-p", "no:cacheprovider").assert_outcomes(passed=3)
+
+    replayed = pytester.runpytest_inprocess("-s", "-p", "no:cacheprovider", "-k", "zero or two")
+    replayed.assert_outcomes(passed=2, deselected=1)
+    replayed.stdout.fnmatch_lines(["*PLAYED_RECORD_DURING_SUITE=False*"])
+    assert "PLAYED_RECORD_DURING_SUITE=True" not in replayed.stdout.str()
+
+    from workbench.replay.check import check_cassette
+
+    assert check_cassette(pytester.path / "shared.json").never_played == [1]

@@ -29,6 +29,7 @@ _MODES = ("replay", "record", "rerecord", "live")
 DUMMY_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 DUMMY_KEY = "workbench-replay-needs-no-key"
 _SESSIONS = pytest.StashKey[list]()
+_PLAYED_AT_END = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -77,6 +78,7 @@ def run_in_cassette(request: pytest.FixtureRequest, session) -> Iterator:
     from workbench.replay.ambient import cassette
 
     request.node.stash.setdefault(_SESSIONS, []).append(session)
+    _played_written_at_end(request.config, session)
     instrumented = capture.instrumented()
     if not instrumented:
         capture.instrument()
@@ -96,6 +98,16 @@ def run_in_cassette(request: pytest.FixtureRequest, session) -> Iterator:
     if len(session.misses) > reported:  # a miss after the test body (in another fixture's teardown)
         session._misses_reported = len(session.misses)
         pytest.fail(_miss_text(session.misses[reported]), pytrace=False)
+
+
+def _played_written_at_end(config: pytest.Config, session) -> None:
+    """What the suite's sessions played is written once when it ends, not once per test."""
+    from workbench.replay.session import write_played_records
+
+    session.played_at_end = True
+    if not config.stash.get(_PLAYED_AT_END, False):
+        config.stash[_PLAYED_AT_END] = True
+        config.add_cleanup(write_played_records)
 
 
 @pytest.fixture

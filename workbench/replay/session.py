@@ -68,6 +68,7 @@ class Cassette:
                  also: Sequence[Path | str] = (), match_body: bool = True, filters: RecordFilter | None = None) -> None:
         self.path = Path(path)
         self.mode: RecordMode = mode or settings().record_mode
+        self.played_at_end = False  # True: what it played is written by write_played_records()
         if self.mode not in MODES:
             raise WorkbenchError(
                 "WB_CONFIG_INVALID", f"record mode {self.mode!r}", f"use one of: {', '.join(MODES)}"
@@ -187,29 +188,54 @@ class Cassette:
         self._save_played()
 
     def _save_played(self) -> None:
-        """What this session played, merged with what other sessions of the same run played (a test
-        suite opens one session per test, and pytest-xdist workers share one run id)."""
+        """What this session played, written now or, for a session of a test suite, kept and written
+        once when the suite ends (`played_at_end`): a file lock and a rewrite per test cost more than
+        the test's replay."""
         if self.mode != "replay" or not self.path.exists():
             return
-        record = played_record_path(self.path)
-        try:
-            record.parent.mkdir(parents=True, exist_ok=True)
-            with exclusive(_working(self.path, "locks", ".played.lock")):
-                played = {index for index in self.index.played if index < self.own}
-                try:
-                    previous = json.loads(record.read_text())
-                    if previous.get("run") == _RUN and previous.get("interactions") == self.own:
-                        played.update(previous.get("played", []))
-                except (OSError, ValueError, AttributeError):
-                    pass
-                temporary = record.with_name(f".{record.name}.{os.getpid()}")
-                temporary.write_text(json.dumps({
-                    "cassette": str(self.path.resolve()), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
-                    "interactions": self.own, "played": sorted(played),
-                }))
-                os.replace(temporary, record)
-        except OSError:
-            pass  # the stale check is advisory; replay itself must not fail on it
+        played = {index for index in self.index.played if index < self.own}
+        if not self.played_at_end:
+            _write_played(self.path, self.own, played)
+            return
+        with _played_lock:
+            own, before = _played_unwritten.get(self.path, (self.own, set()))
+            _played_unwritten[self.path] = (self.own, played | before if own == self.own else played)
+
+
+_played_lock = threading.Lock()
+_played_unwritten: dict[Path, tuple[int, set[int]]] = {}  # cassette -> (its interactions, those played)
+
+
+def write_played_records() -> None:
+    """Write what the sessions kept for the end of a test suite played (see `Cassette.played_at_end`)."""
+    with _played_lock:
+        unwritten = dict(_played_unwritten)
+        _played_unwritten.clear()
+    for path, (own, played) in unwritten.items():
+        _write_played(path, own, played)
+
+
+def _write_played(path: Path, own: int, played: set[int]) -> None:
+    """Merge `played` with what other sessions of the same run played (a test suite opens one
+    session per test, and pytest-xdist workers share one run id), atomically, under a lock."""
+    record = played_record_path(path)
+    try:
+        record.parent.mkdir(parents=True, exist_ok=True)
+        with exclusive(_working(path, "locks", ".played.lock")):
+            try:
+                previous = json.loads(record.read_text())
+                if previous.get("run") == _RUN and previous.get("interactions") == own:
+                    played = played | set(previous.get("played", []))
+            except (OSError, ValueError, AttributeError):
+                pass
+            temporary = record.with_name(f".{record.name}.{os.getpid()}")
+            temporary.write_text(json.dumps({
+                "cassette": str(path.resolve()), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
+                "interactions": own, "played": sorted(played),
+            }))
+            os.replace(temporary, record)
+    except OSError:
+        pass  # the stale check is advisory; replay itself must not fail on it
 
 
 @atexit.register
@@ -219,3 +245,7 @@ def _save_all() -> None:
             cassette.save()
         except Exception:  # noqa: BLE001 - never fail an exiting process
             pass
+    try:
+        write_played_records()
+    except Exception:  # noqa: BLE001 - never fail an exiting process
+        pass
