@@ -89,8 +89,9 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     lineages = sorted({row["lineage"] for row in batch.values()})
     history = [row for row in q.lineage_history(con, lineages, since).iter_rows(named=True) if row["call_id"] not in batch]
     by_lineage: dict[str, list[dict]] = defaultdict(list)
-    for row in history:
-        by_lineage[row["lineage"]].append({**row, "judge": False})
+    for row in history:  # rows of their own (iter_rows makes each anew): marked in place
+        row["judge"] = False
+        by_lineage[row["lineage"]].append(row)
     for row in batch.values():
         by_lineage[row["lineage"]].append({**row, "judge": True})
     judged = _judge(by_lineage, specs, {})
