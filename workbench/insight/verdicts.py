@@ -119,7 +119,8 @@ class Judged:
             if self.read + self.write == 0:
                 return []
             return [mark + 1 for mark in self.fp.marks if self.est[mark] >= self.minimum or mark == self.fp.marks[-1]]
-        return [depth for depth in range(1, len(self.cum) + 1) if self.est[depth - 1] >= max(self.minimum, 1)]
+        least = max(self.minimum, 1)
+        return [depth for depth, tokens in enumerate(self.est[:len(self.cum)], 1) if tokens >= least]
 
 
 @dataclass(slots=True)
