@@ -18,6 +18,8 @@ The cache writes B paid are what the new prefix cost to cache again.
 
 from __future__ import annotations
 
+import json
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from workbench.insight.prefix import ASSISTANT
@@ -52,6 +54,7 @@ def infer(run_calls: list[Judged], texts: dict[str, str], outputs: list[tuple[in
     request text of the calls being judged, by call id; `outputs`: (start µs, call id, output text,
     cost, model) of the run's calls, where a summary may come from."""
     ordered = sorted(run_calls, key=lambda c: (c.clock, c.started, c.call_id))
+    sources = _Sources(outputs)
     found = []
     for position, after in enumerate(ordered):
         if not after.judge or not after.fp.blocks:
@@ -59,7 +62,7 @@ def infer(run_calls: list[Judged], texts: dict[str, str], outputs: list[tuple[in
         before = _predecessor(ordered[:position], after)
         if before is None:
             continue
-        event = _compared(before, after, texts.get(after.call_id), outputs)
+        event = _compared(before, after, texts.get(after.call_id), sources)
         if event is not None:
             found.append(event)
     return found
@@ -83,7 +86,23 @@ def _predecessor(earlier: list[Judged], after: Judged) -> Judged | None:
     return fallback
 
 
-def _compared(before: Judged, after: Judged, text: str | None, outputs) -> Inferred | None:
+class _Sources:
+    """The run's outputs in start order, each with the probe a summary of it would show in a request:
+    sorted and probed once per run, not once per candidate compaction."""
+
+    def __init__(self, outputs: list[tuple[int, str, str, int | None, str | None]]) -> None:
+        self.rows = sorted(outputs)
+        self.starts = [row[0] for row in self.rows]
+        probes = [(output or "").strip()[:_SUMMARY_PROBE] for _, _, output, _, _ in self.rows]
+        self.probes = [json.dumps(probe)[1:-1] if len(probe) >= 16 else None for probe in probes]
+
+    def between(self, first: int, last: int):
+        """(output row, probe) of the outputs started in [first, last], latest first."""
+        for index in reversed(range(bisect_left(self.starts, first), bisect_right(self.starts, last))):
+            yield self.rows[index], self.probes[index]
+
+
+def _compared(before: Judged, after: Judged, text: str | None, outputs: _Sources) -> Inferred | None:
     old, new = _messages(before), _messages(after)
     if sum(after.fp.sizes) >= sum(before.fp.sizes):
         return None
@@ -105,16 +124,13 @@ def _compared(before: Judged, after: Judged, text: str | None, outputs) -> Infer
     return event
 
 
-def _find_summary(event: Inferred, text: str | None, outputs) -> None:
+def _find_summary(event: Inferred, text: str | None, outputs: _Sources) -> None:
     if not text:
         return
-    import json
-
-    for started, call_id, output, cost, model in sorted(outputs, reverse=True):
-        if not (event.before.started <= started <= event.after.started) or call_id == event.after.call_id:
+    for (_, call_id, _, cost, model), probe in outputs.between(event.before.started, event.after.started):
+        if call_id == event.after.call_id:
             continue
-        probe = (output or "").strip()[:_SUMMARY_PROBE]
-        if len(probe) >= 16 and json.dumps(probe)[1:-1] in text:
+        if probe is not None and probe in text:
             event.summary_call_id, event.summary_cost_micros, event.summary_model = call_id, cost, model
             return
 

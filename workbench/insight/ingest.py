@@ -89,8 +89,9 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     lineages = sorted({row["lineage"] for row in batch.values()})
     history = [row for row in q.lineage_history(con, lineages, since).iter_rows(named=True) if row["call_id"] not in batch]
     by_lineage: dict[str, list[dict]] = defaultdict(list)
-    for row in history:
-        by_lineage[row["lineage"]].append({**row, "judge": False})
+    for row in history:  # rows of their own (iter_rows makes each anew): marked in place
+        row["judge"] = False
+        by_lineage[row["lineage"]].append(row)
     for row in batch.values():
         by_lineage[row["lineage"]].append({**row, "judge": True})
     judged = _judge(by_lineage, specs, {})
@@ -125,16 +126,20 @@ def _from_body(call: dict, body: dict | None) -> dict | None:
 def _judge(by_lineage: dict[str, list[dict]], specs: dict[str, ModelSpec], older: dict[str, dict[int, str]]
            ) -> dict[str, list[Judged]]:
     out = {}
+    minimums: dict[tuple[str | None, str | None], int] = {}
     for lineage, rows in by_lineage.items():
         calls = []
         for row in rows:
             spec = specs.get(row["price_source"]) if row["price_source"] else None
+            minimum = minimums.get((row["model"], row["price_source"]))
+            if minimum is None:
+                minimum = minimums[(row["model"], row["price_source"])] = minimum_tokens(row["model"], spec)
             calls.append(Judged(
                 call_id=row["call_id"], run_id=row["run_id"], clock=row["clock"], started=row["started"] or 0,
                 settled=bool(row["settled"]), input_tokens=row["input_tokens"] or 0, read=row["cache_read_tokens"] or 0,
                 write=row["cache_write_tokens"] or 0, write_1h=row["cache_write_1h_tokens"] or 0,
                 output_tokens=row["output_tokens"] or 0, cost_micros=row["cost_micros"], spec=spec,
-                minimum=minimum_tokens(row["model"], spec), fp=_fingerprint_of(row), judge=row["judge"]))
+                minimum=minimum, fp=_fingerprint_of(row), judge=row["judge"]))
         state = Lineage(older=older.get(lineage, {}))
         state.replay(calls)
         for call in calls:

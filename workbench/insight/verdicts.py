@@ -42,6 +42,7 @@ wrote, else the estimate) been read; a write is wasted when no later hit reads i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from workbench.insight.prefix import Fingerprint
 from workbench.models import ModelSpec, Usage, price_with
@@ -100,11 +101,8 @@ class Judged:
 
     def __post_init__(self) -> None:
         self.cum = self.fp.cumulative()
-        total, running = self.input_tokens + self.read + self.write, 0
-        size = sum(self.fp.sizes) or 1
-        for part in self.fp.sizes:
-            running += part
-            self.est.append(total * running // size)
+        total, size = self.input_tokens + self.read + self.write, sum(self.fp.sizes) or 1
+        self.est = [total * running // size for running in accumulate(self.fp.sizes)]
 
     @property
     def depth(self) -> int:
@@ -121,7 +119,8 @@ class Judged:
             if self.read + self.write == 0:
                 return []
             return [mark + 1 for mark in self.fp.marks if self.est[mark] >= self.minimum or mark == self.fp.marks[-1]]
-        return [depth for depth in range(1, len(self.cum) + 1) if self.est[depth - 1] >= max(self.minimum, 1)]
+        least = max(self.minimum, 1)
+        return [depth for depth, tokens in enumerate(self.est[:len(self.cum)], 1) if tokens >= least]
 
 
 @dataclass(slots=True)
@@ -159,11 +158,9 @@ class Lineage:
             call.keys.append(key)
         if call.keys:
             call.keys = [call.keys[0], call.keys[-1]] if len(call.keys) > 1 else call.keys
-        for key in call.cum:
-            self.by_prefix[key] = call
+        self.by_prefix.update(dict.fromkeys(call.cum, call))
         lead = call.fp.lead
-        for index in range(lead, len(call.fp.blocks)):
-            self.by_block[(index, call.fp.blocks[index])] = call
+        self.by_block.update(dict.fromkeys(enumerate(call.fp.blocks[lead:], lead), call))
         self.by_lead[call.fp.kinds[:lead] + str(len(call.fp.blocks) > lead)] = call
 
 
