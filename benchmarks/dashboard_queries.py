@@ -5,6 +5,11 @@ on an open connection and through the full read path (ingest check, open read-on
 Target: under 300 ms per page.
 
     python benchmarks/dashboard_queries.py [--calls N] [--runs N] [--db PATH] [--keep] [--no-write]
+        [--with-bodies] [--spans] [--generate-only]
+
+`--with-bodies`/`--spans` add what a real store holds beside the calls (a ~2.5 KB bodies row per call, a
+span per call and per run); `--generate-only --db PATH` builds a store (e.g. 10,000,000 calls, inserted
+in slices of 1M rows) for `dashboard_browser.py` or later runs.
 
 Appends its results to benchmarks/RESULTS.md."""
 
