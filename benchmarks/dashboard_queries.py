@@ -5,6 +5,11 @@ on an open connection and through the full read path (ingest check, open read-on
 Target: under 300 ms per page.
 
     python benchmarks/dashboard_queries.py [--calls N] [--runs N] [--db PATH] [--keep] [--no-write]
+        [--with-bodies] [--spans] [--generate-only]
+
+`--with-bodies`/`--spans` add what a real store holds beside the calls (a ~2.5 KB bodies row per call, a
+span per call and per run); `--generate-only --db PATH` builds a store (e.g. 10,000,000 calls, inserted
+in slices of 1M rows) for `dashboard_browser.py` or later runs.
 
 Appends its results to benchmarks/RESULTS.md."""
 
@@ -28,6 +33,7 @@ from workbench.store import queries as q
 from workbench.store.db import open_store
 
 TARGET_MS = 300
+SLICE = 1_000_000
 START = datetime(2024, 1, 1, tzinfo=timezone.utc)
 DAYS = 90
 MODELS = [  # id, provider, prices (input, output, read, write), scale (2: cents); the last is never priced
@@ -76,7 +82,47 @@ def with_verdicts(calls: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
+PADDING = "lorem ipsum dolor sit amet, " * 40  # ~1 KB of text a body repeats
+
+
+def bodies_and_spans(calls: pl.DataFrame, runs: pl.DataFrame, with_bodies: bool, with_spans: bool
+                     ) -> dict[str, pl.DataFrame]:
+    """What a real store holds beside the calls: each call's redacted bodies (~2.5 KB) and a span per
+    call and per run, so the list pages are measured next to the big columns they must not read."""
+    out = {}
+    if with_bodies:
+        out["call_bodies"] = calls.select(
+            "call_id",
+            pl.format('{{"model": "{}", "messages": [{{"role": "user", "content": "{} {}"}}]}}',
+                      pl.col("model_requested"), pl.col("call_id"), pl.lit(PADDING)).alias("request_json"),
+            pl.format('{{"id": "resp-{}", "choices": [{{"message": {{"content": "{}"}}}}]}}',
+                      pl.col("call_id"), pl.lit(PADDING[:600])).alias("response_json"),
+            pl.lit(PADDING[:600]).alias("output_text"),
+        )
+    if with_spans:
+        out["spans"] = pl.concat([
+            runs.select(pl.format("span-{}", pl.col("run_id")).alias("span_id"),
+                        pl.format("trace-{}", pl.col("run_id")).alias("trace_id"),
+                        pl.lit(None, dtype=pl.Utf8).alias("parent_span_id"), pl.col("name"),
+                        pl.lit("internal").alias("kind"), "run_id", pl.col("started_at").alias("start_time"),
+                        pl.col("ended_at").alias("end_time"), pl.lit("OK").alias("status_code"),
+                        pl.lit(None, dtype=pl.Utf8).alias("status_message"),
+                        pl.lit('{"workbench.run.kind": "app"}').alias("attributes")),
+            calls.select(pl.format("span-{}", pl.col("call_id")).alias("span_id"),
+                         pl.format("trace-{}", pl.col("run_id")).alias("trace_id"),
+                         pl.format("span-{}", pl.col("run_id")).alias("parent_span_id"),
+                         pl.format("chat {}", pl.col("model_requested")).alias("name"),
+                         pl.lit("client").alias("kind"), "run_id", pl.col("started_at").alias("start_time"),
+                         pl.col("ended_at").alias("end_time"), pl.lit("OK").alias("status_code"),
+                         pl.lit(None, dtype=pl.Utf8).alias("status_message"),
+                         pl.format('{{"gen_ai.request.model": "{}", "gen_ai.usage.input_tokens": {}}}',
+                                   pl.col("model_requested"), pl.col("input_tokens")).alias("attributes")),
+        ])
+    return out
+
+
+def generate(db: Path, n_calls: int, n_runs: int, with_bodies: bool = False, with_spans: bool = False
+             ) -> dict[str, float]:
     timings = {}
     started = time.perf_counter()
     runs = pl.DataFrame({"i": pl.int_range(n_runs, eager=True)}).with_columns(
@@ -151,7 +197,8 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
         *(pl.when(pl.col("settled")).then(pl.col(c)).otherwise(0).alias(c)
           for c in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")),
     )
-    calls = with_verdicts(calls).drop("i", "_m", "_k")
+    # in the order a store receives them: by time (ingest appends; zone maps then skip by date)
+    calls = with_verdicts(calls).drop("i", "_m", "_k").sort("started_at", maintain_order=True)
     prefixes = calls.select(
         "call_id", pl.format("{}|{}||", pl.col("provider"), pl.col("model_requested")).alias("lineage"),
         pl.col("started_at").alias("clock_at"),
@@ -204,17 +251,22 @@ def generate(db: Path, n_calls: int, n_runs: int) -> dict[str, float]:
             context_window=200_000, max_output=8192, source="bench", as_of=date(2024, 1, 1)).model_dump_json()}
         for m, provider, p, scale in MODELS if p is not None
     ])
+    extra = bodies_and_spans(calls, runs, with_bodies, with_spans)
     timings["generate_s"] = time.perf_counter() - started
     started = time.perf_counter()
     with open_store(db) as con:
         _register(con, "models", model_rows)
         _register(con, "runs", runs)
         _register(con, "run_tags", tags)
-        _register(con, "calls", calls)
+        for offset in range(0, n_calls, SLICE):  # slices keep the insert's memory bounded at 10M calls
+            _register(con, "calls", calls.slice(offset, SLICE))
+            _register(con, "call_prefixes", prefixes.slice(offset, SLICE))
         _register(con, "compactions", compactions)
-        _register(con, "call_prefixes", prefixes)
         _register(con, "cache_reads", calls.filter(pl.col("cache_verdict") == "hit").select(
             pl.col("cache_entry_call_id").alias("call_id")).unique())
+        for table, frame in extra.items():
+            for offset in range(0, frame.height, SLICE):
+                _register(con, table, frame.slice(offset, SLICE))
         con.execute("CHECKPOINT")
     timings["insert_s"] = time.perf_counter() - started
     return timings
@@ -300,14 +352,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--db", type=Path, default=None, help="reuse or create the store here")
     parser.add_argument("--keep", action="store_true", help="keep the generated store")
+    parser.add_argument("--with-bodies", action="store_true", help="a ~2.5 KB call_bodies row per call")
+    parser.add_argument("--spans", action="store_true", help="a span per call and per run")
+    parser.add_argument("--generate-only", action="store_true", help="build the store (--db) and stop")
     parser.add_argument("--no-write", action="store_true", help="do not append to benchmarks/RESULTS.md")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="wb-bench-"))
     db = args.db or folder / "bench.duckdb"
     timings = {"generate_s": 0.0, "insert_s": 0.0}
     if not db.exists():
-        timings = generate(db, args.calls, args.runs)
+        timings = generate(db, args.calls, args.runs, args.with_bodies, args.spans)
         print(f"generated in {timings['generate_s']:.1f}s, inserted in {timings['insert_s']:.1f}s", flush=True)
+    if args.generate_only:
+        return
     results = time_pages(db, args.repeats)
     db_mb = db.stat().st_size / 1e6
     if not args.no_write:

@@ -15,7 +15,8 @@ breakdowns = ["model", "provider", "prompt", "run", "day", "week", "month", *tag
 by = left.selectbox("Break spend down by", breakdowns, format_func=lambda key: {
     "prompt": "prompt and version", "run": "run name"}.get(key, key if key in breakdowns[:7] else f"tag: {key}"))
 top = right.number_input("Top", min_value=1, max_value=100, value=10, help="the rest is summed into one row")
-data = ui.load_page("overview", filters, by=f"tag:{by}" if by in tag_keys else by, top=int(top))
+# the headline first: its figures paint while the breakdowns below are still being counted
+data = ui.load("overview_headline", filters)
 calls = data["calls"].row(0, named=True)
 runs = data["runs"].row(0, named=True)
 finished = runs["ok"] + runs["failed"]
@@ -57,6 +58,7 @@ if not by_day.is_empty():
     grouped = grouped.with_columns(pl.col("day").cast(pl.Utf8))
     ui.bar_chart(grouped, "day", "cost_micros", key, "Spend per day (UTC)", x_type="O", currency=currency)
 
+data = ui.load("overview_tables", filters, f"tag:{by}" if by in tag_keys else by, int(top))
 st.subheader(f"Spend by {by}")
 st.caption("Exact amounts: the rows add up to the Spend above, to the millionth of a cent. Latency (ms) is over "
            "live calls: median, 95th and 99th percentile of the time to first byte and of the duration.")

@@ -204,6 +204,42 @@ def test_run_explorer(dashboard_db):
     assert missing.is_empty()
 
 
+def test_run_spans_are_those_of_its_trace_and_of_the_runs_inside_it(tmp_path):
+    from workbench.store.db import open_store
+    from workbench.store.ingest import write_rows
+
+    db = tmp_path / "spans.duckdb"
+    at = "2024-01-01T00:00:00+00:00"
+    with open_store(db) as con:
+        write_rows(con, "run", [{"run_id": "A", "trace_id": "tA", "name": "a", "status": "ok", "started_at": at},
+                                {"run_id": "A1", "parent_run_id": "A", "name": "a1", "status": "ok", "started_at": at},
+                                {"run_id": "B", "trace_id": "tB", "name": "b", "status": "ok", "started_at": at}])
+        write_rows(con, "span", [
+            {"span_id": "in-trace-only", "trace_id": "tA", "run_id": None, "start_time": at},
+            {"span_id": "inner-run-only", "trace_id": "tOther", "run_id": "A1", "start_time": at},
+            {"span_id": "both", "trace_id": "tA", "run_id": "A", "start_time": at},
+            {"span_id": "neither", "trace_id": "tB", "run_id": "B", "start_time": at}])
+        indexed = {name for (name,) in con.execute("SELECT index_name FROM duckdb_indexes() WHERE table_name = 'spans'"
+                                                    ).fetchall()}
+    assert {"spans_run", "spans_trace"} <= indexed  # looked up by index, not by a scan of every span
+    assert sorted(read(db, lambda con: q.run_spans(con, "A"))["span_id"]) == ["both", "in-trace-only", "inner-run-only"]
+    assert read(db, lambda con: q.run_spans(con, "A1"))["span_id"].to_list() == ["inner-run-only"]
+    assert read(db, lambda con: q.run_spans(con, "nope")).is_empty()
+
+
+def test_the_overview_headline_and_tables_are_the_whole_page(dashboard_db):
+    """The page paints its headline from one read and its tables from another: together they are
+    exactly what the page reads in one."""
+    whole = read(dashboard_db, lambda con: q.overview_page(con, q.Filters(), by="run", top=1))
+    parts = {**read(dashboard_db, lambda con: q.overview_headline(con, q.Filters())),
+             **read(dashboard_db, lambda con: q.overview_tables(con, q.Filters(), "run", 1))}
+    assert set(parts) == set(whole) == {"calls", "currency", "runs", "by_day", "by_model", "by_prompt", "breakdown",
+                                        "top_names", "top_runs"}
+    for name, frame in whole.items():
+        assert parts[name].sort(frame.columns, nulls_last=True).equals(frame.sort(frame.columns, nulls_last=True)), name
+    assert parts["calls"]["calls"][0] == len(CALLS)
+
+
 def test_transcript_reads_tool_calls_and_results(dashboard_db):
     import sys
 

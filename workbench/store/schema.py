@@ -260,6 +260,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE runs ADD COLUMN process_lock VARCHAR;
         """,
     ),
+    (
+        "0010_dashspeed_span_lookups",
+        """
+        -- the run explorer reads a run's spans by run and by trace: index lookups, not a scan of every span
+        CREATE INDEX IF NOT EXISTS spans_run ON spans (run_id);
+        CREATE INDEX IF NOT EXISTS spans_trace ON spans (trace_id);
+        """,
+    ),
 ]
 
 

@@ -40,16 +40,29 @@ from workbench.store.queries.runtime import last_checkpoint, response_cache_hits
 
 def overview_page(con: duckdb.DuckDBPyConnection, f: Filters, by: str = "model", top: int = 10
                   ) -> dict[str, pl.DataFrame]:
-    """The KPIs (`calls`, `currency`, `runs`), the spend chart's data (`by_day`), spend and latency by
-    model and by prompt version, and the `breakdown` by any key (`spend_by`), its top `top` rows and
-    everything else summed into one."""
+    """The Overview's data: its headline (`overview_headline`) and its tables (`overview_tables`)."""
+    with scope(con, f):
+        return {**overview_headline(con, f), **overview_tables(con, f, by, top)}
+
+
+def overview_headline(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    """The KPIs (`calls`, `currency`, `runs`) and the spend chart's data (`by_day`): what the page
+    shows first, read apart from its tables so its figures paint before the breakdowns are counted."""
     with scope(con, f):
         cube = spend_cube(con, f)
+        return {"calls": rollup(cube, ()), "currency": currency_totals(cube), "runs": run_totals(con, f),
+                "by_day": day_totals(cube)}
+
+
+def overview_tables(con: duckdb.DuckDBPyConnection, f: Filters, by: str = "model", top: int = 10
+                    ) -> dict[str, pl.DataFrame]:
+    """Spend and latency by model and by prompt version, the `breakdown` by any key (`spend_by`), its
+    top `top` rows and everything else summed into one, and the top spenders."""
+    with scope(con, f):
         by_model, by_prompt = spend_by(con, f, "model"), spend_by(con, f, "prompt")
         breakdown = {"model": by_model, "prompt": by_prompt}.get(by)
         breakdown = spend_by(con, f, by) if breakdown is None else breakdown
-        return {"calls": rollup(cube, ()), "currency": currency_totals(cube), "runs": run_totals(con, f),
-                "by_day": day_totals(cube), "by_model": by_model, "by_prompt": by_prompt,
+        return {"by_model": by_model, "by_prompt": by_prompt,
                 "breakdown": breakdown if by in TIME_KEYS else top_n(breakdown, key_columns(by), top),
                 "top_names": top_run_names(con, f), "top_runs": top_runs(con, f)}
 
@@ -105,7 +118,7 @@ __all__ = [
     "write_waste", "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "day_totals",
     "eval_cases", "eval_matrices", "eval_matrix", "eval_matrix_case", "eval_matrix_case_ids",
     "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
-    "has_tables", "ingest_pending", "key_columns", "model_prices", "model_totals", "prompt_totals", "read", "rollup",
+    "has_tables", "ingest_pending", "key_columns", "model_prices", "model_totals", "overview_headline", "overview_tables", "prompt_totals", "read", "rollup",
     "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
     "prompt_runs_for_cases", "quarantined_records", "resume_answers", "resume_savings", "run_tree", "scope", "spend_by", "tag_keys", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
     "store_counts", "top_n", "top_run_names", "top_runs", "unknown_when_unpriced", "unpriced_models", "unstable_prefix_runs"

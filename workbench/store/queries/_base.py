@@ -127,12 +127,17 @@ class _Sql:
 
 
 _SCOPES: dict[int, Filters] = {}
+_SCOPED: dict[int, dict[str, Any]] = {}  # values computed once within a scope, by name
 
 
 @contextmanager
 def scope(con: duckdb.DuckDBPyConnection, f: Filters) -> Iterator[None]:
     """Within it, the queries on `con` with filters `f` read the run sets those filters need from
-    temp tables computed once, instead of each query computing them again (a page runs several)."""
+    temp tables computed once, instead of each query computing them again (a page runs several).
+    Within a scope of the same filters, another one changes nothing (a page made of parts)."""
+    if _SCOPES.get(id(con)) == f:
+        yield
+        return
     built = _Sql(f)
     if f.run_level:
         _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_sel_runs AS WITH RECURSIVE {built._selected_runs()} "
@@ -145,6 +150,17 @@ def scope(con: duckdb.DuckDBPyConnection, f: Filters) -> Iterator[None]:
         yield
     finally:
         _SCOPES.pop(id(con), None)
+        _SCOPED.pop(id(con), None)
+
+
+def scoped(con: duckdb.DuckDBPyConnection, f: Filters, name: str, compute: Callable[[], T]) -> T:
+    """`compute()`, once per `scope` of `con` and `f` (a page's queries share it); outside one, every time."""
+    if _SCOPES.get(id(con)) != f:
+        return compute()
+    values = _SCOPED.setdefault(id(con), {})
+    if name not in values:
+        values[name] = compute()
+    return values[name]
 
 
 def _frame_exec(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> None:

@@ -147,8 +147,8 @@ def compaction_sources(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFra
             SELECT x.*, coalesce(x.source, 'reported') AS src,
                    lead(x.occurred_at) OVER (PARTITION BY x.run_id ORDER BY x.occurred_at, x.compaction_id) AS next_at
             FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred'),
-        following AS (
-            SELECT m.compaction_id, count(c.call_id) AS later_calls
+        following AS (  -- counts the joined run ids (never null), so no call id is read or carried
+            SELECT m.compaction_id, count(c.run_id) AS later_calls
             FROM marked m LEFT JOIN calls c ON c.run_id = m.run_id AND c.started_at >= m.occurred_at
                  AND (m.next_at IS NULL OR c.started_at < m.next_at) AND c.settled
             GROUP BY m.compaction_id)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _q
+from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _q, scoped
 from workbench.store.queries.spend import CALL_MONEY, unknown_when_unpriced
 
 OTHERS = "everything else"
@@ -79,7 +79,8 @@ def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str) -> pl.DataFram
     duration = "(epoch_us(c.ended_at) - epoch_us(c.started_at)) / 1000.0"
     # its own query: a second reference to `fc` in one statement would make DuckDB materialize every
     # column of the filtered calls (ten times the cost of the breakdown)
-    main = _q(con, f, "SELECT coalesce(mode(currency), 'USD') AS currency FROM fc WHERE currency IS NOT NULL")
+    main = scoped(con, f, "main_currency", lambda: _q(
+        con, f, "SELECT coalesce(mode(currency), 'USD') AS currency FROM fc WHERE currency IS NOT NULL"))
     params["main_currency"] = main["currency"][0] if main.height else "USD"
     frame = _q(con, f, f"""{extra}
         SELECT {keys}, coalesce(c.currency, $main_currency) AS currency,

@@ -295,12 +295,15 @@ def resume_savings(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
 
 def run_spans(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
     """The spans of the run's trace (or, without a trace id, of the run and the runs inside it)."""
-    return _frame(con, """
-        SELECT s.span_id, s.parent_span_id, s.name, s.kind, s.run_id, s.start_time, s.end_time, s.status_code,
-               s.status_message
-        FROM spans s
-        WHERE list_contains($ids, s.run_id) OR s.trace_id = (SELECT trace_id FROM runs WHERE run_id = $run_id)
-        ORDER BY s.start_time, s.span_id""", {"run_id": run_id, "ids": _subtree_ids(con, run_id)})
+    # two index lookups (by run, by trace) joined by UNION: an OR of the two would scan every span
+    columns = ("s.span_id, s.parent_span_id, s.name, s.kind, s.run_id, s.start_time, s.end_time, s.status_code, "
+               "s.status_message")
+    trace = _frame(con, "SELECT trace_id FROM runs WHERE run_id = $run_id", {"run_id": run_id})
+    return _frame(con, f"""
+        SELECT {columns} FROM spans s WHERE list_contains($ids, s.run_id)
+        UNION SELECT {columns} FROM spans s WHERE s.trace_id = $trace_id
+        ORDER BY start_time, span_id""",
+                  {"ids": _subtree_ids(con, run_id), "trace_id": trace["trace_id"][0] if trace.height else None})
 
 
 def run_compactions(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
