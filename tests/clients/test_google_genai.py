@@ -10,6 +10,8 @@ cassette replays every call offline with the same answers."""
 from __future__ import annotations
 
 import asyncio
+import re
+from pathlib import Path
 
 from fixtures.capture_store import assert_matches_served, check_live, check_replay
 from google import genai
@@ -85,3 +87,20 @@ def test_thinking_cached_tokens_and_function_calls_are_counted_and_priced(store,
         ("google.gemini", "google", MODEL, False), ("google.gemini", "google", MODEL, True)]
     assert (rows[1]["tool_call_count"], rows[1]["tool_names"]) == (1, ["get_weather"])
     assert (run.billed.calls, run.billed.cost_micros) == (2, sum(row["cost_micros"] for row in rows))
+
+
+def test_the_readme_recipe_records_every_call_once(store, instrumented, monkeypatch):
+    """The README's lines, run as they stand, with the variables `workbench fake-provider` prints."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    recipe = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.DOTALL) if "genai.Client(" in block)
+    provider = FakeProvider()
+    with serve(provider) as url:
+        monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", url)
+        monkeypatch.setenv("GEMINI_API_KEY", "sk-fake-workbench")
+        namespace: dict = {}
+        exec(recipe, namespace)  # noqa: S102 - the README's own sample
+        client = namespace["client"]
+        client.models.generate_content(model=MODEL, contents="Say hello")
+        asyncio.run(client.aio.models.generate_content(model=MODEL, contents="Say hello"))
+    assert [request.headers["x-goog-api-key"] for request in provider.requests] == ["sk-fake-workbench"] * 2
+    assert_matches_served(store.calls(), provider.served)
