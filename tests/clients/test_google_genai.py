@@ -87,6 +87,8 @@ def test_thinking_cached_tokens_and_function_calls_are_counted_and_priced(store,
         ("google.gemini", "google", MODEL, False), ("google.gemini", "google", MODEL, True)]
     assert (rows[1]["tool_call_count"], rows[1]["tool_names"]) == (1, ["get_weather"])
     assert (run.billed.calls, run.billed.cost_micros) == (2, sum(row["cost_micros"] for row in rows))
+    spans = store.rows("SELECT name FROM spans WHERE name LIKE 'generate_content%'")
+    assert [span["name"] for span in spans] == [f"generate_content {MODEL}"] * 2
 
 
 def test_the_readme_recipe_records_every_call_once(store, instrumented, monkeypatch):
@@ -104,3 +106,16 @@ def test_the_readme_recipe_records_every_call_once(store, instrumented, monkeypa
         asyncio.run(client.aio.models.generate_content(model=MODEL, contents="Say hello"))
     assert [request.headers["x-goog-api-key"] for request in provider.requests] == ["sk-fake-workbench"] * 2
     assert_matches_served(store.calls(), provider.served)
+
+
+def test_a_stream_the_app_stops_reading_early_is_recorded_unsettled(store, instrumented):
+    """Gemini's usage is final only at the chunk with the finish reason: a stream left before it
+    is recorded once, abandoned and unsettled, never billed from a running count."""
+    provider = FakeProvider()
+    provider.script(Reply(text="one two three four five six seven eight"))
+    with serve(provider) as url:
+        for chunk in _recipe_client(url).models.generate_content_stream(model=MODEL, contents="count"):
+            break
+    [row] = store.calls()
+    assert (row["error_type"], row["settled"], row["cost_micros"], row["stream"]) == (
+        "stream_abandoned", False, None, True)
