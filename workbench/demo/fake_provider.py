@@ -259,7 +259,8 @@ def _gemini_model(path: str) -> str:
 
 
 def _last_user_text(wire: str, body: dict) -> str:
-    items = {"openai.responses": body.get("input"), "google.gemini": body.get("contents")}.get(wire, body.get("messages"))
+    items = {"openai.responses": body.get("input"),
+             "google.gemini": body.get("contents")}.get(wire, body.get("messages"))
     if isinstance(items, str):
         return items
     for m in reversed(items or []):

@@ -281,4 +281,5 @@ def _render_gemini(t: Turn, body: dict, stream: bool) -> Any:
 
 
 RENDERERS = {"openai.chat": ("x-request-id", _render_chat), "openai.responses": ("x-request-id", _render_responses),
-              "anthropic.messages": ("request-id", _render_anthropic), "google.gemini": ("x-request-id", _render_gemini)}
+              "anthropic.messages": ("request-id", _render_anthropic),
+              "google.gemini": ("x-request-id", _render_gemini)}

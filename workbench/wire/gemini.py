@@ -1,6 +1,6 @@
 """Google Gemini's native API (`POST .../v1beta/models/{model}:generateContent` and
-`:streamGenerateContent`), as the `google-genai` SDK, LangChain's and LiteLLM's Gemini routes send
-it to `generativelanguage.googleapis.com`; Vertex AI's `.../publishers/google/models/{model}:...`
+`:streamGenerateContent`), as the `google-genai` SDK and the other clients of the Gemini API send it
+to `generativelanguage.googleapis.com`; Vertex AI's `.../publishers/google/models/{model}:...`
 answers in the same shape.
 
 The request names no model and no stream flag in its body: the model is the URL path's segment
@@ -138,8 +138,9 @@ def is_complete(events: list[Event]) -> bool:
         chunk = event.json()
         if not isinstance(chunk, dict):
             continue
+        candidates = chunk.get("candidates") or []
         finished = finished or bool((chunk.get("promptFeedback") or {}).get("blockReason")) or any(
-            isinstance(candidate, dict) and candidate.get("finishReason") for candidate in chunk.get("candidates") or [])
+            isinstance(candidate, dict) and candidate.get("finishReason") for candidate in candidates)
         if finished and isinstance(chunk.get("usageMetadata"), dict):
             return True
     return False
