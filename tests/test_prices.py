@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from decimal import ROUND_CEILING, Decimal
+from pathlib import Path
 
 import genai_prices
 import openai
@@ -15,7 +16,7 @@ from genai_prices import types as library
 import workbench
 from workbench import prices
 from workbench.demo.fake_provider import Reply
-from workbench.models import ModelRegistry, ModelSpec, Usage, price_with
+from workbench.models import ModelRegistry, ModelSpec, Usage, price_with, read_models_toml
 from workbench.wire import Call, priced
 
 VERSION = genai_prices.__version__
@@ -133,3 +134,16 @@ def test_a_newcomers_first_call_is_priced_without_a_price_file(tmp_path, monkeyp
 def test_common_models_are_in_the_library(name):
     provider = "anthropic" if name.startswith("claude") else "openai"
     assert prices.library_sheet(name, provider) is not None
+
+
+@pytest.mark.parametrize("name", ["gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.0-flash"])
+def test_the_shipped_gemini_rows_charge_what_the_library_charges(name):
+    """models.toml's Gemini rows (read from Google's pricing page) and the library's agree to the
+    micro-cent, cached input and the 2.5 Pro tier above 200k tokens included (Gemini reports no
+    cache writes, so none are priced here)."""
+    row = next(row for row in read_models_toml(Path(__file__).parents[1] / "models.toml") if row.id == name)
+    sheet = prices.library_sheet(name, "google")
+    assert sheet is not None and row.provider == sheet.provider == "google"
+    usages = _usages(sheet) + _usages(row) + [Usage(input_tokens=150_000, cache_read_tokens=60_000, output_tokens=9)]
+    for usage in (usage.model_copy(update={"cache_write_tokens": 0, "cache_write_1h_tokens": 0}) for usage in usages):
+        assert price_with(row, usage).cost_micros == price_with(sheet, usage).cost_micros, usage

@@ -83,7 +83,7 @@ def fake_provider_env(project) -> Iterator[dict[str, str]]:
     process = subprocess.Popen([sys.executable, "-m", "workbench", *start.split()[1:-1], port], cwd=project,
                                env=environment(project), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        printed = [process.stdout.readline() for _ in range(5)]
+        printed = [process.stdout.readline() for _ in range(6)]
         assert [line.strip() for line in printed if line.startswith("export ")] == [
             command.replace(readme_port, port) for command in exports], (printed, process.stderr.read())
         yield dict(pair.replace(readme_port, port).split("=", 1) for command in exports for pair in command.split()[1:])

@@ -235,3 +235,60 @@ def test_a_recording_whose_prompt_held_a_key_still_replays(tmp_path):
     replayed = replaying.post("http://fake.local/v1/chat/completions", json=body)
     assert replayed.status_code == 200 and replayed.json()["id"] == recorded["id"]
     assert len(provider.requests) == 1  # served from the cassette
+
+
+GEMINI_CHILD = r"""
+import asyncio, json, logging, sys
+from pathlib import Path
+logging.basicConfig(filename="all.log", level=logging.DEBUG, format="%(name)s %(message)s")
+import httpx2, workbench
+from google import genai
+from google.genai import types
+
+url, header_key, query_key = sys.argv[1:4]
+cassette = "cassettes/gemini.json"
+client = genai.Client(api_key=header_key, http_options=types.HttpOptions(
+    base_url=url, httpx_client=workbench.http_client(cassette=cassette, mode="record"),
+    httpx_async_client=workbench.async_http_client(cassette=cassette, mode="record")))
+body = {"contents": [{"role": "user", "parts": [{"text": "hello"}]}]}
+with workbench.run("gemini canary"):
+    client.models.generate_content(model="wbt-gemini", contents="hello")
+    list(client.models.generate_content_stream(model="wbt-gemini", contents="hello"))
+    asyncio.run(client.aio.models.generate_content(model="wbt-gemini", contents="hello"))
+    # REST as curl and older clients send it: the key as `?key=`, also on a stream
+    rest = workbench.http_client(cassette=cassette, mode="record")
+    for method in ("generateContent?", "streamGenerateContent?alt=sse&"):
+        print(rest.post(f"{url}/v1beta/models/wbt-gemini:{method}key={query_key}", json=body).status_code)
+    try:  # a 400 whose message echoes the key it was sent
+        client.models.generate_content(model="wbt-gemini", contents="hello")
+    except Exception as exc:
+        print("app saw:", type(exc).__name__)
+workbench.flush()
+Path("workbench.log").write_text("".join(line for line in open("all.log") if line.startswith("workbench")))
+"""
+
+
+def test_a_gemini_key_in_its_header_or_its_query_is_never_kept(tmp_path, fake_provider, fake_url):
+    """google-genai's `x-goog-api-key` and REST's `?key=`: gone from the store, the spool, the
+    cassette and Workbench's logs, also where an error message echoes the key."""
+    header_key, query_key = "cnryGoogHeaderKey42", "cnryGoogQueryKey77"
+    fake_provider.script(*["ok"] * 5, Reply(status=400, error_message=f"API key not valid: {header_key}"))
+    result = run_python(GEMINI_CHILD, fake_url, header_key, query_key, cwd=tmp_path,
+                        env={"WORKBENCH_DB": str(tmp_path / ".workbench" / "wb.duckdb"), "WORKBENCH_MODELS": "none.toml"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["200", "200", "app", "saw:", "ClientError"]
+    sent = fake_provider.requests
+    assert [request.headers.get("x-goog-api-key") for request in sent] == [header_key] * 3 + [None] * 2 + [header_key]
+    assert all(f"key={query_key}" in request.path for request in sent[3:5])
+    places = {"logs": (tmp_path / "workbench.log").read_text(), "store": store_text(tmp_path / ".workbench" / "wb.duckdb"),
+              "cassette": (tmp_path / "cassettes" / "gemini.json").read_text()}
+    for path in (tmp_path / ".workbench").rglob("*"):
+        if path.is_file():
+            places[str(path.relative_to(tmp_path))] = path.read_bytes().decode("utf-8", "replace")
+    leaked = {name: key for name, text in places.items() for key in (header_key, query_key) if key in text}
+    assert not leaked, leaked
+    # what is kept still says what happened: six calls, the query's key redacted by name
+    assert places["store"].count("calls.wire: google.gemini") == 6
+    assert "key=%5Bredacted%5D" in places["store"] or "key=[redacted]" in places["store"]
+    assert "API key not valid: [redacted]" in places["store"]
+    assert len(json.loads(places["cassette"])["interactions"]) == 6

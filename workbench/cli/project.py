@@ -101,7 +101,7 @@ FAKE_KEY = "sk-fake-workbench"  # any value: the fake provider never checks it
 def fake_provider_command(
     port: Annotated[int, typer.Option(min=0, max=65535, help="the port on 127.0.0.1 (0: any free one)")] = 8765,
 ) -> None:
-    """Serve the offline fake provider (OpenAI and Anthropic, JSON and streaming) on 127.0.0.1."""
+    """Serve the offline fake provider (OpenAI, Anthropic and Gemini, JSON and streaming) on 127.0.0.1."""
     # it answers the example prompts as the demo does, so `workbench eval --mode live` passes on it
     import threading
 
@@ -119,7 +119,8 @@ def fake_provider_command(
     console.print(f"The fake provider is serving on {server.url}: offline, any key works; Ctrl-C stops it.\n"
                   "Point the official SDKs (and Workbench's runtime) at it:\n")
     console.print(f"export OPENAI_BASE_URL={server.url}/v1 OPENAI_API_KEY={FAKE_KEY}\n"
-                  f"export ANTHROPIC_BASE_URL={server.url} ANTHROPIC_API_KEY={FAKE_KEY}", soft_wrap=True)
+                  f"export ANTHROPIC_BASE_URL={server.url} ANTHROPIC_API_KEY={FAKE_KEY}\n"
+                  f"export GOOGLE_GEMINI_BASE_URL={server.url} GEMINI_API_KEY={FAKE_KEY}", soft_wrap=True)
     sys.stdout.flush()
     try:
         threading.Event().wait()

@@ -1,10 +1,11 @@
-"""A deterministic, scriptable fake LLM provider speaking four real wire formats.
+"""A deterministic, scriptable fake LLM provider speaking five real wire formats.
 
 It answers ``POST /v1/chat/completions`` (OpenAI chat), ``POST /v1/responses`` (OpenAI Responses),
-``POST /v1/embeddings`` (see ``fake_embeddings``) and ``POST /v1/messages`` (Anthropic Messages;
-also ``/v1/messages/count_tokens``), as JSON or as
-SSE when the body says ``"stream": true``, closely enough that the real ``openai`` and ``anthropic``
-SDKs parse it, helpers included. ``FakeProvider.handle`` is the one core function; it is pure
+``POST /v1/embeddings`` (see ``fake_embeddings``), ``POST /v1/messages`` (Anthropic Messages;
+also ``/v1/messages/count_tokens``) and ``POST /v1beta/models/{model}:generateContent`` (Gemini;
+``:streamGenerateContent?alt=sse`` streams), as JSON or as
+SSE when the body says ``"stream": true``, closely enough that the real ``openai``, ``anthropic``
+and ``google-genai`` SDKs parse it, helpers included. ``FakeProvider.handle`` is the one core function; it is pure
 Python and does no I/O. ``fake_server`` serves it over real HTTP (``workbench fake-provider``); the transports
 at the bottom of this module plug it into an httpx2 / httpx client in-process.
 
@@ -19,6 +20,8 @@ Token counting (deterministic, documented because tests assert on it): a piece o
   compact JSON) — and input is the sum of the segments' costs.
 * OpenAI (chat and Responses): the prompt is serialised to one string (tools JSON, instructions,
   then one ``role: content`` line per message / input item) and input is that string's cost.
+* Gemini: the same, over its tools, ``systemInstruction`` and ``contents`` (one ``role: parts``
+  line each). Thinking tokens (``Reply.reasoning_tokens``) are reported as ``thoughtsTokenCount``.
 * Output is the cost of the visible text + refusal + each tool call's name and JSON arguments,
   plus ``Reply.reasoning_tokens`` (reasoning tokens are output tokens), at least 1.
 * ``Reply(usage_reported=False)`` answers on the chat wire with no usage at all (no ``usage`` field,
@@ -33,9 +36,10 @@ unless ``cache_ttl_s`` is set, and then each read renews the entry it read):
   both, as Anthropic reports). Prefixes shorter than ``anthropic_min_cache_tokens`` are not
   cached: an int for every model (default 0), or a mapping from model-id prefixes to minimums
   (the longest matching prefix wins), such as ``ANTHROPIC_MIN_CACHE_TOKENS``, the real API's.
-* OpenAI: automatic. A prompt of >= 1024 tokens remembers its prefixes at 1024, 1152, 1280, ...
+* OpenAI and Gemini (its implicit caching): automatic. A prompt of >= 1024 tokens remembers its prefixes at 1024, 1152, 1280, ...
   tokens (4 bytes per token over the serialised prompt); the longest one seen before is reported
-  as ``cached_tokens``, which ``prompt_tokens`` INCLUDES, as OpenAI reports.
+  as ``cached_tokens``, which ``prompt_tokens`` INCLUDES, as OpenAI reports (Gemini:
+  ``cachedContentTokenCount`` inside ``promptTokenCount``).
 * Expiry: with ``cache_ttl_s`` set, an entry not used for that long is gone (the real APIs keep
   one about five minutes after its last use; a read renews it). Without it, entries never expire.
 
@@ -181,7 +185,7 @@ def _plain_text(x: Any) -> str:
     if isinstance(x, list):
         return " ".join(t for t in (_plain_text(i) for i in x) if t)
     if isinstance(x, dict):
-        for key in ("text", "content", "output"):
+        for key in ("text", "content", "output", "parts"):
             if key in x:
                 return _plain_text(x[key])
     return ""
@@ -191,6 +195,8 @@ def _wire_of(method: str, path: str) -> str | None:
     path = path.split("?", 1)[0].rstrip("/")
     if method.upper() != "POST":
         return None
+    if path.endswith((":generateContent", ":streamGenerateContent")):
+        return "google.gemini"
     for suffix, wire in (("/chat/completions", "openai.chat"), ("/responses", "openai.responses"),
                          ("/embeddings", "openai.embeddings"),
                          ("/messages/count_tokens", "anthropic.count_tokens"),
@@ -236,8 +242,25 @@ def _openai_prompt(wire: str, body: dict) -> str:
     return "\n".join(parts)
 
 
+def _gemini_prompt(body: dict) -> str:
+    parts = [dumps(body["tools"])] if body.get("tools") else []
+    if body.get("systemInstruction"):
+        parts.append("system: " + _plain_text(body["systemInstruction"]))
+    contents = body.get("contents")
+    for content in [{"role": "user", "parts": [{"text": contents}]}] if isinstance(contents, str) else contents or []:
+        if isinstance(content, dict):
+            parts.append(f"{content.get('role', 'user')}: {dumps(content.get('parts') or [])}")
+    return "\n".join(parts)
+
+
+def _gemini_model(path: str) -> str:
+    """The model a Gemini URL names: `/v1beta/models/{model}:generateContent`."""
+    return path.split("?", 1)[0].rpartition("/")[2].partition(":")[0] or "fake-model"
+
+
 def _last_user_text(wire: str, body: dict) -> str:
-    items = body.get("input") if wire == "openai.responses" else body.get("messages")
+    items = {"openai.responses": body.get("input"),
+             "google.gemini": body.get("contents")}.get(wire, body.get("messages"))
     if isinstance(items, str):
         return items
     for m in reversed(items or []):
@@ -255,6 +278,8 @@ _ANTHROPIC_ERRORS = {400: "invalid_request_error", 401: "authentication_error", 
                      404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
                      500: "api_error", 529: "overloaded_error"}
 _ERROR_TEXT = {429: "Rate limit exceeded", 529: "Overloaded", 500: "Internal server error"}
+_GEMINI_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                  429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
 
 
 def _error_response(wire: str | None, status: int, rid: str, *, etype: str | None = None,
@@ -265,6 +290,10 @@ def _error_response(wire: str | None, status: int, rid: str, *, etype: str | Non
         etype = etype or _ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
         body: dict = {"type": "error", "error": {"type": etype, "message": message}, "request_id": rid}
         headers = {"request-id": rid}
+    elif wire == "google.gemini":
+        status_name = etype or _GEMINI_STATUS.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+        body = {"error": {"code": status, "message": message, "status": status_name}}
+        headers = {"x-request-id": rid}
     else:
         dtype, dcode = _OPENAI_ERRORS.get(status, ("server_error" if status >= 500 else "invalid_request_error", None))
         body = {"error": {"message": message, "type": etype or dtype, "param": param, "code": code or dcode}}
@@ -356,7 +385,7 @@ class FakeProvider:
                                    message=f"Unknown request URL: {req.method} {req.path}")
         if not isinstance(body, dict):
             return _error_response(wire, 400, rid, message="We could not parse the JSON body of your request.")
-        model = body.get("model") or "fake-model"
+        model = _gemini_model(req.path) if wire == "google.gemini" else body.get("model") or "fake-model"
         if wire == "openai.embeddings":
             return self._embeddings(body, model, rid)
         if wire.startswith("anthropic"):
@@ -365,7 +394,7 @@ class FakeProvider:
             if wire == "anthropic.count_tokens":
                 return _json_response(200, {"input_tokens": total}, {"request-id": rid})
         else:
-            prompt = _openai_prompt(wire, body)
+            prompt = _gemini_prompt(body) if wire == "google.gemini" else _openai_prompt(wire, body)
             total = count_tokens(prompt)
         limit = self.context_window.get(model)
         if limit is not None and total > limit:  # rejected before generation: the script is kept
@@ -384,7 +413,7 @@ class FakeProvider:
         read, write = (self._anthropic_caching(model, segs) if wire.startswith("anthropic")
                        else self._openai_caching(model, prompt, total))
         turn = self._turn(n, wire, body, model, reply, total, read, write)
-        stream = bool(body.get("stream"))
+        stream = req.path.split("?", 1)[0].endswith(":streamGenerateContent") or bool(body.get("stream"))
         reported = turn.usage_reported and (not stream or wire != "openai.chat"
                                             or bool((body.get("stream_options") or {}).get("include_usage")))
         self.served.append(Served(wire, turn.model, stream, dict(turn.usage) if reported else None))
@@ -495,7 +524,8 @@ class FakeProvider:
         calls = [(f"{prefix}{n:06d}_{i}", name, dumps(args) if not isinstance(args, str) else args)
                  for i, (name, args) in enumerate(reply.tool_calls)]
         text, stop = reply.text, reply.stop_reason
-        limit = body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
+        limit = (body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
+                 or (body.get("generationConfig") or {}).get("maxOutputTokens"))
 
         def visible(t: str | None) -> int:
             return count_tokens((t or "") + (reply.refusal or "")) + sum(count_tokens(nm + a) for _, nm, a in calls)

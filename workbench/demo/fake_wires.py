@@ -1,5 +1,5 @@
-"""How the fake provider writes one turn on each wire: OpenAI chat completions, OpenAI Responses
-and Anthropic Messages, JSON or a stream of server-sent events, byte for byte the shapes the real
+"""How the fake provider writes one turn on each wire: OpenAI chat completions, OpenAI Responses,
+Anthropic Messages and Gemini's generateContent, JSON or a stream of server-sent events, byte for byte the shapes the real
 APIs send (see `fake_provider` for what a turn holds and how its tokens are counted)."""
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ def dumps(obj: Any) -> str:
 # ---------------------------------------------------------------- stop reasons
 
 _STOP_ALIASES = {
-    "end": {"end_turn", "stop", "completed", "stop_sequence"},
+    "end": {"end_turn", "stop", "completed", "stop_sequence", "STOP"},
     "tool": {"tool_use", "tool_calls"},
-    "length": {"max_tokens", "length", "max_output_tokens", "incomplete"},
+    "length": {"max_tokens", "length", "max_output_tokens", "incomplete", "MAX_TOKENS"},
 }
 _STOP_SPELLING = {  # canonical -> per-wire spelling (Responses: the incomplete reason, or None)
     "openai.chat": {"end": "stop", "tool": "tool_calls", "length": "length"},
     "anthropic.messages": {"end": "end_turn", "tool": "tool_use", "length": "max_tokens"},
     "openai.responses": {"end": None, "tool": None, "length": "max_output_tokens"},
+    "google.gemini": {"end": "STOP", "tool": "STOP", "length": "MAX_TOKENS"},  # a function call ends with STOP
 }
 
 
@@ -236,5 +237,49 @@ def _render_anthropic(t: Turn, body: dict, stream: bool) -> Any:
     return events
 
 
+# ---------------------------------------------------------------- Gemini generateContent
+
+def _gemini_usage(u: dict[str, int], visible_so_far: int | None = None) -> dict:
+    """`promptTokenCount` INCLUDES the cached tokens; thoughts are apart from the candidates. A
+    stream's earlier chunks carry a running count (`visible_so_far`), as Gemini's do."""
+    prompt = u["input_tokens"] + u["cache_read_tokens"] + u["cache_write_tokens"]
+    candidates = u["output_tokens"] - u["reasoning_tokens"] if visible_so_far is None else visible_so_far
+    usage = {"promptTokenCount": prompt, "candidatesTokenCount": candidates,
+             "totalTokenCount": prompt + candidates + u["reasoning_tokens"],
+             "promptTokensDetails": [{"modality": "TEXT", "tokenCount": prompt}]}
+    if u["cache_read_tokens"]:
+        usage["cachedContentTokenCount"] = u["cache_read_tokens"]
+        usage["cacheTokensDetails"] = [{"modality": "TEXT", "tokenCount": u["cache_read_tokens"]}]
+    if u["reasoning_tokens"]:
+        usage["thoughtsTokenCount"] = u["reasoning_tokens"]
+    return usage
+
+
+def _render_gemini(t: Turn, body: dict, stream: bool) -> Any:
+    finish = _stop_for("google.gemini", t.stop)
+    text = t.text if t.text is not None else t.refusal
+    calls = [{"functionCall": {"name": name, "args": _loads_or_empty(args)}} for _, name, args in t.calls]
+    head = {"modelVersion": t.model, "responseId": f"fake{t.n:06d}gemini"}
+
+    def chunk(parts: list[dict], finish_reason: str | None, usage: dict) -> dict:
+        candidate: dict = {"content": {"parts": parts, "role": "model"}, "index": 0}
+        if finish_reason:
+            candidate["finishReason"] = finish_reason
+        return {"candidates": [candidate], "usageMetadata": usage, **head}
+
+    final_usage = _gemini_usage(t.usage)
+    if not stream:
+        return chunk(([{"text": text}] if text is not None else []) + calls, finish, final_usage)
+    pieces = _pieces(text or "")
+    events, so_far = [], ""
+    for piece in pieces[:-1]:  # the last piece rides on the finishing chunk, as Gemini's does
+        so_far += piece
+        events.append(chunk([{"text": piece}], None, _gemini_usage(t.usage, -(-len(so_far.encode()) // 4))))
+    last = [{"text": pieces[-1]}] if pieces else []
+    events.append(chunk(last + calls, finish, final_usage))
+    return [f"data: {json.dumps(event, ensure_ascii=False)}\r\n\r\n".encode() for event in events]
+
+
 RENDERERS = {"openai.chat": ("x-request-id", _render_chat), "openai.responses": ("x-request-id", _render_responses),
-              "anthropic.messages": ("request-id", _render_anthropic)}
+              "anthropic.messages": ("request-id", _render_anthropic),
+              "google.gemini": ("x-request-id", _render_gemini)}

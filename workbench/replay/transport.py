@@ -7,6 +7,7 @@ and seconds and reach the user wrapped); the miss is also kept on the cassette (
 from __future__ import annotations
 
 import json
+import re
 from types import ModuleType
 
 from workbench.capture.transport import REPLAY_SESSION, REPLAYED_ABANDONED, REPLAYED_FROM, REQUEST_HASH
@@ -22,17 +23,20 @@ MISS_HEADER = "x-workbench-error"
 # on a recorded response: the client closed this stream before its usage was final. Kept in the
 # cassette (vcrpy ignores it), never served to the client, and told to capture (REPLAYED_ABANDONED)
 ABANDONED_HEADER = "x-workbench-stream"
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
 
 
 def _chunks(body: bytes, content_type: str) -> list[bytes]:
-    """An SSE body as its events (each with its blank-line terminator); anything else whole."""
+    """An SSE body as its events, each with its own blank-line terminator byte for byte (Gemini
+    ends its events with CRLF CRLF); anything else whole."""
     if "text/event-stream" not in content_type or not body:
         return [body]
-    normalized = body.replace(b"\r\n", b"\n")
-    parts = normalized.split(b"\n\n")
-    chunks = [part + b"\n\n" for part in parts[:-1] if part]
-    if parts[-1]:
-        chunks.append(parts[-1])
+    chunks, start = [], 0
+    for end in _EVENT_END.finditer(body):
+        chunks.append(body[start:end.end()])
+        start = end.end()
+    if start < len(body):
+        chunks.append(body[start:])
     return chunks
 
 

@@ -11,7 +11,7 @@ import json
 from urllib.parse import urlsplit
 
 from workbench.models import ModelRegistry, price_with
-from workbench.wire import anthropic_messages, openai_chat, openai_embeddings, openai_responses
+from workbench.wire import anthropic_messages, gemini, openai_chat, openai_embeddings, openai_responses
 from workbench.wire.call import Call, Exchange, ToolCall, Wire
 from workbench.wire.canonical import request_hash
 from workbench.wire.decode import decode_body
@@ -27,6 +27,7 @@ _PARSERS = {
     "openai.responses": openai_responses,
     "anthropic.messages": anthropic_messages,
     "openai.embeddings": openai_embeddings,
+    "google.gemini": gemini,
 }
 # host suffix -> provider; anything else is named by its host
 _HOSTS = {
@@ -54,6 +55,8 @@ def wire_of(method: str, url: str) -> Wire:
         return "anthropic.messages"
     if path.endswith("/embeddings"):
         return "openai.embeddings"
+    if gemini.is_gemini_path(path):
+        return "google.gemini"
     return "unknown"
 
 
@@ -63,7 +66,7 @@ def provider_of(url: str, wire: Wire) -> str:
         if host == suffix or host.endswith("." + suffix):
             return name
     if host in {"127.0.0.1", "localhost", "::1"} or not host:
-        return {"anthropic.messages": "anthropic", "unknown": "unknown"}.get(wire, "openai")
+        return {"anthropic.messages": "anthropic", "google.gemini": "google", "unknown": "unknown"}.get(wire, "openai")
     return host
 
 
@@ -74,7 +77,8 @@ def _headers(headers: dict[str, str]) -> dict[str, str]:
 def is_complete(wire: Wire, body: bytes, content_encoding: str | None = None) -> bool:
     """Did a streamed body reach its protocol's end, or the point where its usage is final (each
     wire module's `is_complete` says where: an Anthropic `message_delta` with usage, an OpenAI chat
-    usage chunk after the finish reason, a Responses `response.completed`)?"""
+    usage chunk after the finish reason, a Responses `response.completed`, a Gemini chunk with its
+    `finishReason` and usage)?"""
     parser = _PARSERS.get(wire)
     if parser is None:
         return True
@@ -109,6 +113,8 @@ def _parse(call: Call, exchange: Exchange, body_cap: int, hash_request: bool) ->
         model = request.get("model")
         call.model_requested = model if isinstance(model, str) else None
         call.stream = request.get("stream") is True
+    if call.wire == "google.gemini":  # the model and the stream flag are in its URL
+        gemini.fill_request(call, exchange.url)
     call.request_id = response_headers.get("request-id") or response_headers.get("x-request-id")
     body = decode_body(exchange.response_body, response_headers.get("content-encoding"))
     text = body.decode("utf-8", "replace")
@@ -130,6 +136,8 @@ def _parse(call: Call, exchange: Exchange, body_cap: int, hash_request: bool) ->
             _fill_error(call, data, exchange.status)
         elif isinstance(data, dict):
             parser.fill_json(call, data)
+        elif isinstance(data, list) and call.wire == "google.gemini":  # a stream asked for without alt=sse
+            gemini.fill_chunks(call, data)
         else:
             raise ValueError(f"expected a JSON object, got {type(data).__name__}")
     if exchange.status >= 400:
@@ -138,7 +146,9 @@ def _parse(call: Call, exchange: Exchange, body_cap: int, hash_request: bool) ->
 
 def _fill_error(call: Call, data, status: int) -> None:
     error = data.get("error") if isinstance(data, dict) else None
-    if isinstance(error, dict):
+    if isinstance(error, dict) and call.wire == "google.gemini":
+        gemini.error_of(call, error)
+    elif isinstance(error, dict):
         call.error_type = error.get("type") or (str(error["code"]) if error.get("code") is not None else None)
         call.error_message = error.get("message")
     elif isinstance(error, str):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from workbench.models import Usage
 
-Wire = Literal["openai.chat", "openai.responses", "anthropic.messages", "openai.embeddings", "unknown"]
+Wire = Literal["openai.chat", "openai.responses", "anthropic.messages", "openai.embeddings", "google.gemini", "unknown"]
 
 
 @dataclass(slots=True)
