@@ -57,7 +57,7 @@ def async_httpx_client(transport=None, **kwargs) -> httpx.AsyncClient:
     )
 
 
-_instrumented: list[tuple[type, str, object]] = []
+_instrumented: list[tuple[type | None, str, object]] = []  # (None, "", undo): an undo of its own
 
 
 def instrument() -> None:
@@ -66,11 +66,20 @@ def instrument() -> None:
     transport, and LiteLLM's async client, whose transport sends through aiohttp. The wrap is at
     the client's choice of transport (the one step every client takes per request), so a client
     built before `instrument()` is seen too. A client built with `http_client()` is recorded once,
-    not twice. Not seen: httpx's in-process transports (ASGI, WSGI, `MockTransport`: an app under
-    test or a mock, no provider), and HTTP sent without an httpx client (a bare aiohttp session,
-    `requests`, urllib). `uninstrument()` undoes it."""
+    not twice. Bare `aiohttp.ClientSession`s built after `instrument()` are recorded too (once: not
+    again under an httpx client that sends through aiohttp). Not seen: httpx's in-process
+    transports (ASGI, WSGI, `MockTransport`: an app under test or a mock, no provider), an aiohttp
+    session built before `instrument()`, and HTTP sent by neither library (`requests`, urllib).
+    `uninstrument()` undoes it."""
     if _instrumented:
         return
+    try:
+        from workbench.capture.aiohttp_session import instrument_sessions, uninstrument_sessions
+    except ImportError:  # aiohttp is not installed: no session to record
+        pass
+    else:
+        instrument_sessions()
+        _instrumented.append((None, "", uninstrument_sessions))
     for module, (sync_recording, async_recording) in (
         (httpx2, (RecordingTransport, AsyncRecordingTransport)),
         (httpx, (HttpxRecordingTransport, AsyncHttpxRecordingTransport)),
@@ -102,7 +111,10 @@ def instrumented() -> bool:
 def uninstrument() -> None:
     while _instrumented:
         cls, method, original = _instrumented.pop()
-        setattr(cls, method, original)
+        if cls is None:
+            original()  # an undo of its own
+        else:
+            setattr(cls, method, original)
 
 __all__ = [
     "AsyncHttpxRecordingTransport", "AsyncRecordingTransport", "Billed", "HttpxRecordingTransport",
