@@ -7,6 +7,7 @@ and seconds and reach the user wrapped); the miss is also kept on the cassette (
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from types import ModuleType
 
 from workbench.capture.transport import REPLAY_SESSION, REPLAYED_ABANDONED, REPLAYED_FROM, REQUEST_HASH
@@ -24,6 +25,9 @@ MISS_HEADER = "x-workbench-error"
 # with the transport error ERROR (an httpx name), which replay raises again after the recorded
 # bytes. Kept in the cassette (vcrpy ignores it), never served to the client.
 ABANDONED_HEADER = "x-workbench-stream"
+# set while a replay transport sends a request it is recording into its cassette, so a recorder
+# underneath (vcrpy's aiohttp patch, under LiteLLM's async transport) leaves that request alone
+RECORDING_INTO_CASSETTE: ContextVar[bool] = ContextVar("workbench_recording_into_cassette", default=False)
 
 
 def _chunks(body: bytes, content_type: str) -> list[bytes]:
@@ -252,7 +256,11 @@ def build(httpx: ModuleType):
             served = _served(self.cassette, recorded, _Replayed)
             if served is not None:
                 return served
-            response = self.inner.handle_request(request)
+            token = RECORDING_INTO_CASSETTE.set(True)
+            try:
+                response = self.inner.handle_request(request)
+            finally:
+                RECORDING_INTO_CASSETTE.reset(token)
             recording = _Recording(self.cassette, recorded, response)
             return httpx.Response(
                 response.status_code, headers=response.headers,
@@ -275,7 +283,11 @@ def build(httpx: ModuleType):
             served = _served(self.cassette, recorded, _AsyncReplayed)
             if served is not None:
                 return served
-            response = await self.inner.handle_async_request(request)
+            token = RECORDING_INTO_CASSETTE.set(True)
+            try:
+                response = await self.inner.handle_async_request(request)
+            finally:
+                RECORDING_INTO_CASSETTE.reset(token)
             recording = _Recording(self.cassette, recorded, response)
             return httpx.Response(
                 response.status_code, headers=response.headers,
