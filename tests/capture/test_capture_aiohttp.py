@@ -23,15 +23,6 @@ MESSAGES_STREAM = {"model": "wbt-claude", "max_tokens": 100, "messages": MESSAGE
 HEADERS = {"authorization": "Bearer sk-test-aiohttp-0000000000000000"}
 
 
-@pytest.fixture
-def instrumented():
-    already = workbench.capture.instrumented()
-    workbench.instrument()
-    yield
-    if not already:
-        workbench.uninstrument()
-
-
 def _events(body: bytes) -> list[str]:
     return [line[6:] for line in body.decode().splitlines() if line.startswith("data: ")]
 

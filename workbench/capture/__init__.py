@@ -2,7 +2,8 @@
 
 `http_client()` / `async_http_client()` give httpx2 clients for the current `openai` and `anthropic`
 SDKs (`http_client=`); `httpx_client()` / `async_httpx_client()` give plain httpx clients for older
-SDKs, LiteLLM and your own code. `instrument()` records every other httpx and httpx2 client."""
+SDKs, LiteLLM and your own code. `instrument()` records every other httpx and httpx2 client, and
+the bare aiohttp sessions built after it (`workbench.capture.aiohttp_session`)."""
 
 from __future__ import annotations
 
