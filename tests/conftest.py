@@ -30,3 +30,15 @@ def fake_url(_fake_server: FakeServer, fake_provider: FakeProvider) -> Iterator[
     _fake_server.provider = fake_provider
     yield _fake_server.url
     _fake_server.provider = FakeProvider()
+
+
+@pytest.fixture
+def instrumented():
+    """`workbench.instrument()` in effect for the test, left as found."""
+    import workbench
+
+    already = workbench.capture.instrumented()
+    workbench.instrument()
+    yield
+    if not already:
+        workbench.uninstrument()

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import workbench
 from fixtures.capture_store import store_under
 
 # LiteLLM fetches its model price map from GitHub when imported unless told to use its bundled copy
@@ -19,12 +18,3 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield from store_under(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def instrumented():
-    already = workbench.capture.instrumented()
-    workbench.instrument()
-    yield
-    if not already:
-        workbench.uninstrument()

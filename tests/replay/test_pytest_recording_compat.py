@@ -417,3 +417,77 @@ def test_with_pytest_recording_installed_exactly_one_of_the_two_serves_the_marke
     _run(inner, "-p", "recording", "--record-mode=once").assert_outcomes(passed=1)  # pytest-recording loaded first
     assert "workbench" in yaml.safe_load(path.read_text())  # Workbench wrote it, pytest-recording displaced
     assert len(fake_provider.requests) == 2
+
+
+LITELLM_SUITE = '''
+import asyncio
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # else LiteLLM fetches its price map at import
+import litellm  # noqa: E402
+import pytest
+
+litellm.suppress_debug_info = True
+
+
+async def _ask(text, **route):
+    reply = await litellm.acompletion(messages=[{"role": "user", "content": text}], **route)
+    return reply.choices[0].message.content
+
+
+@pytest.mark.vcr
+def test_acompletion_both_routes():
+    url = os.environ["FAKE_URL"]
+    assert asyncio.run(_ask("openai", model="openai/wbt-gpt", api_base=url + "/v1", api_key="sk-test")) == "echo: openai"
+    assert asyncio.run(_ask("anthropic", model="anthropic/wbt-claude", api_base=url,
+                            api_key="sk-ant-test")) == "echo: anthropic"
+'''
+
+LITELLM_CONFTEST = '''
+import pytest
+
+
+def _seen(request):
+    request.headers["x-hooked"] = "yes"  # the user's own hook still runs on what is recorded
+    return request
+
+
+@pytest.fixture(scope="module")
+def vcr_config():
+    return {"before_record_request": _seen, "filter_headers": ["authorization", "x-api-key"]}
+'''
+
+
+def test_litellm_async_under_the_marker_is_recorded_once_and_fully_played(inner, monkeypatch, fake_provider):
+    """LiteLLM's async path is httpx over aiohttp: Workbench records it at httpx, and vcrpy's aiohttp
+    patch, which would record it again, leaves it alone."""
+    import subprocess
+    import sys
+
+    # LiteLLM imports the importlib_metadata backport, which on import deletes the stdlib's
+    # `PathFinder.find_distributions` and puts its own finder on sys.meta_path; the in-process
+    # inner run then restores sys.meta_path, leaving no finder at all, and the next run fails
+    # ("No package metadata was found for pluggy"). Imported here first, it is part of the
+    # snapshot the inner runs restore.
+    import importlib_metadata  # noqa: F401
+
+    inner.makepyfile(test_litellm_suite=LITELLM_SUITE)
+    inner.makeconftest(LITELLM_CONFTEST)
+    _run(inner, "--record-mode=once").assert_outcomes(passed=1)
+    assert len(fake_provider.requests) == 2
+    cassette = inner.path / "cassettes" / "test_litellm_suite" / "test_acompletion_both_routes.yaml"
+    recorded = load_cassette(cassette)
+    assert sorted(item.request.uri.rsplit("/", 1)[-1] for item in recorded) == ["completions", "messages"]
+    assert all(item.request.headers.get("x-hooked") == ["yes"] for item in recorded)
+    assert "sk-ant-test" not in cassette.read_text()
+
+    monkeypatch.setenv("FAKE_URL", DEAD)
+    _run(inner).assert_outcomes(passed=1)
+    assert len(fake_provider.requests) == 2
+    check = subprocess.run([sys.executable, "-m", "workbench", "cassettes", "check", str(cassette)],
+                           capture_output=True, text=True, cwd=inner.path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "not played" not in check.stdout, check.stdout
+    from workbench.replay.check import check_cassette
+
+    assert check_cassette(cassette).never_played == []  # the replay run's record exists, and lists all

@@ -2,7 +2,8 @@
 
 `http_client()` / `async_http_client()` give httpx2 clients for the current `openai` and `anthropic`
 SDKs (`http_client=`); `httpx_client()` / `async_httpx_client()` give plain httpx clients for older
-SDKs, LiteLLM and your own code. `instrument()` records every other httpx and httpx2 client."""
+SDKs, LiteLLM and your own code. `instrument()` records every other httpx and httpx2 client, and
+the bare aiohttp sessions built after it (`workbench.capture.aiohttp_session`)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def async_httpx_client(transport=None, **kwargs) -> httpx.AsyncClient:
     )
 
 
-_instrumented: list[tuple[type, str, object]] = []
+_instrumented: list[tuple[type | None, str, object]] = []  # (None, "", undo): an undo of its own
 
 
 def instrument() -> None:
@@ -66,11 +67,20 @@ def instrument() -> None:
     transport, and LiteLLM's async client, whose transport sends through aiohttp. The wrap is at
     the client's choice of transport (the one step every client takes per request), so a client
     built before `instrument()` is seen too. A client built with `http_client()` is recorded once,
-    not twice. Not seen: httpx's in-process transports (ASGI, WSGI, `MockTransport`: an app under
-    test or a mock, no provider), and HTTP sent without an httpx client (a bare aiohttp session,
-    `requests`, urllib). `uninstrument()` undoes it."""
+    not twice. Bare `aiohttp.ClientSession`s built after `instrument()` are recorded too (once: not
+    again under an httpx client that sends through aiohttp). Not seen: httpx's in-process
+    transports (ASGI, WSGI, `MockTransport`: an app under test or a mock, no provider), an aiohttp
+    session built before `instrument()`, and HTTP sent by neither library (`requests`, urllib).
+    `uninstrument()` undoes it."""
     if _instrumented:
         return
+    try:
+        from workbench.capture.aiohttp_session import instrument_sessions, uninstrument_sessions
+    except ImportError:  # aiohttp is not installed: no session to record
+        pass
+    else:
+        instrument_sessions()
+        _instrumented.append((None, "", uninstrument_sessions))
     for module, (sync_recording, async_recording) in (
         (httpx2, (RecordingTransport, AsyncRecordingTransport)),
         (httpx, (HttpxRecordingTransport, AsyncHttpxRecordingTransport)),
@@ -102,7 +112,10 @@ def instrumented() -> bool:
 def uninstrument() -> None:
     while _instrumented:
         cls, method, original = _instrumented.pop()
-        setattr(cls, method, original)
+        if cls is None:
+            original()  # an undo of its own
+        else:
+            setattr(cls, method, original)
 
 __all__ = [
     "AsyncHttpxRecordingTransport", "AsyncRecordingTransport", "Billed", "HttpxRecordingTransport",

@@ -196,12 +196,28 @@ def vcr(request: pytest.FixtureRequest, vcr_markers: list, record_mode: str, dis
     match_on = merged.get("match_on", _VCRPY_DEFAULT_MATCH_ON)
     session = Cassette(path, mode, also=extras, match_body="body" in match_on or "raw_body" in match_on,
                        filters=_VcrFilters(vcrpy.get_merged_config(**options)))
-    with run_in_cassette(request, session), vcrpy.use_cassette(path.name, **options) as cassette:
+    with run_in_cassette(request, session), vcrpy.use_cassette(path.name, **_not_twice(vcrpy, options)) as cassette:
         loaded = len(cassette.data)
         yield cassette
         _hand_over(cassette.data[loaded:], session)
     if session.matched_without_body:
         request.config.stash[_MATCHED_WITHOUT_BODY].append((request.node.nodeid, session.matched_without_body))
+
+
+def _not_twice(vcrpy, options: dict) -> dict:
+    """vcrpy's options with a first `before_record_request` that drops (neither plays nor records)
+    a request Workbench's cassette is recording already: LiteLLM's async path is an httpx client
+    (Workbench's) sending through aiohttp (vcrpy's), and would be recorded twice. The user's own
+    hooks follow it, as given in the options or set on the `VCR` by `pytest_recording_configure`."""
+    from workbench.replay.transport import RECORDING_INTO_CASSETTE
+
+    hooks = options.get("before_record_request", options.get("before_record", vcrpy.before_record_request))
+    hooks = list(hooks) if isinstance(hooks, (list, tuple)) else [hooks] if hooks else []
+
+    def not_workbenchs(vcr_request):
+        return None if RECORDING_INTO_CASSETTE.get() else vcr_request
+
+    return {**options, "before_record_request": [not_workbenchs, *hooks]}
 
 
 # --- the cassette of a vcr-marked test ------------------------------------------------------------

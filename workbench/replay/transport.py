@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextvars import ContextVar
 from types import ModuleType
 
 from workbench.capture.transport import REPLAY_SESSION, REPLAYED_ABANDONED, REPLAYED_FROM, REQUEST_HASH
@@ -20,10 +21,15 @@ from workbench.wire.canonical import request_hash
 from workbench.wire.redact import credential_values, mask_secrets, redact_url
 
 MISS_HEADER = "x-workbench-error"
-# on a recorded response: the client closed this stream before its usage was final. Kept in the
-# cassette (vcrpy ignores it), never served to the client, and told to capture (REPLAYED_ABANDONED)
+# on a recorded response: ["abandoned"], the client closed this stream before its usage was final
+# (told to capture: REPLAYED_ABANDONED); ["cut", ERROR, MESSAGE], the connection failed mid-body
+# with the transport error ERROR (an httpx name), which replay raises again after the recorded
+# bytes. Kept in the cassette (vcrpy ignores it), never served to the client.
 ABANDONED_HEADER = "x-workbench-stream"
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+# set while a replay transport sends a request it is recording into its cassette, so a recorder
+# underneath (vcrpy's aiohttp patch, under LiteLLM's async transport) leaves that request alone
+RECORDING_INTO_CASSETTE: ContextVar[bool] = ContextVar("workbench_recording_into_cassette", default=False)
 
 
 def _chunks(body: bytes, content_type: str) -> list[bytes]:
@@ -69,25 +75,40 @@ def _headers(recorded: dict[str, list[str]]) -> list[tuple[str, str]]:
             if name.lower() != ABANDONED_HEADER]
 
 
-def _abandoned(recorded: dict[str, list[str]]) -> bool:
-    return any(name.lower() == ABANDONED_HEADER and "abandoned" in values for name, values in recorded.items())
+def _mark(recorded: dict[str, list[str]]) -> list[str]:
+    return next((values for name, values in recorded.items() if name.lower() == ABANDONED_HEADER), [])
+
+
+def _cut_error(httpx: ModuleType, mark: list[str]) -> Exception | None:
+    """The transport error a cut recording ends with, as the client got it; None: not cut."""
+    if not mark or mark[0] != "cut":
+        return None
+    name, message = (mark[1:] + ["", ""])[:2]
+    error = getattr(httpx, name, None)
+    if not (isinstance(error, type) and issubclass(error, httpx.TransportError)):
+        error = httpx.RemoteProtocolError  # what a dropped connection raises
+    return error(message or "peer closed connection without sending complete message body")
 
 
 def build(httpx: ModuleType):
     class _Replayed(httpx.SyncByteStream):
-        def __init__(self, chunks: list[bytes]) -> None:
-            self._chunks = chunks
+        def __init__(self, chunks: list[bytes], cut: Exception | None = None) -> None:
+            self._chunks, self._cut = chunks, cut
 
         def __iter__(self):
             yield from self._chunks
+            if self._cut is not None:
+                raise self._cut
 
     class _AsyncReplayed(httpx.AsyncByteStream):
-        def __init__(self, chunks: list[bytes]) -> None:
-            self._chunks = chunks
+        def __init__(self, chunks: list[bytes], cut: Exception | None = None) -> None:
+            self._chunks, self._cut = chunks, cut
 
         async def __aiter__(self):
             for chunk in self._chunks:
                 yield chunk
+            if self._cut is not None:
+                raise self._cut
 
     class _Recording:
         """Tees a live response into the cassette once it has been read to its end."""
@@ -113,11 +134,16 @@ def build(httpx: ModuleType):
             self.finish(abandoned=not complete)
             return False
 
-        def finish(self, abandoned: bool = False) -> None:
+        def cut(self, error: Exception) -> None:
+            """The connection failed mid-body: kept as far as it arrived, with the error."""
+            self.finish(mark=["cut", type(error).__name__, str(error)])
+
+        def finish(self, abandoned: bool = False, mark: list[str] | None = None) -> None:
             if self.done:
                 return
             self.done = True
-            headers: dict[str, list[str]] = {ABANDONED_HEADER: ["abandoned"]} if abandoned else {}
+            mark = mark or (["abandoned"] if abandoned else None)
+            headers: dict[str, list[str]] = {ABANDONED_HEADER: mark} if mark else {}
             for name, value in self.response.headers.multi_items():
                 headers.setdefault(name, []).append(value)
             response = RecordedResponse(status=self.response.status_code, headers=headers, body=b"".join(self.parts))
@@ -132,9 +158,13 @@ def build(httpx: ModuleType):
             self._inner, self._recording = inner, recording
 
         def __iter__(self):
-            for chunk in self._inner:
-                self._recording.parts.append(chunk)
-                yield chunk
+            try:
+                for chunk in self._inner:
+                    self._recording.parts.append(chunk)
+                    yield chunk
+            except httpx.TransportError as exc:
+                self._recording.cut(exc)
+                raise
             self._recording.finish()
 
         def close(self) -> None:
@@ -143,6 +173,8 @@ def build(httpx: ModuleType):
                     for chunk in self._inner:
                         self._recording.parts.append(chunk)
                     self._recording.finish()
+            except httpx.TransportError as exc:
+                self._recording.cut(exc)
             except Exception:  # noqa: BLE001 - a body that cannot be read on is not recorded
                 pass
             finally:
@@ -153,9 +185,13 @@ def build(httpx: ModuleType):
             self._inner, self._recording = inner, recording
 
         async def __aiter__(self):
-            async for chunk in self._inner:
-                self._recording.parts.append(chunk)
-                yield chunk
+            try:
+                async for chunk in self._inner:
+                    self._recording.parts.append(chunk)
+                    yield chunk
+            except httpx.TransportError as exc:
+                self._recording.cut(exc)
+                raise
             self._recording.finish()
 
         async def aclose(self) -> None:
@@ -164,6 +200,8 @@ def build(httpx: ModuleType):
                     async for chunk in self._inner:
                         self._recording.parts.append(chunk)
                     self._recording.finish()
+            except httpx.TransportError as exc:
+                self._recording.cut(exc)
             except Exception:  # noqa: BLE001 - a body that cannot be read on is not recorded
                 pass
             finally:
@@ -187,11 +225,12 @@ def build(httpx: ModuleType):
             if index is not None:
                 recorded = cassette.index.interactions[index].response
                 content_type = ", ".join(recorded.headers.get("content-type", recorded.headers.get("Content-Type", [])))
+                mark = _mark(recorded.headers)
                 return httpx.Response(
                     recorded.status, headers=_headers(recorded.headers),
-                    stream=stream_type(_chunks(recorded.body, content_type)),
+                    stream=stream_type(_chunks(recorded.body, content_type), _cut_error(httpx, mark)),
                     extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest, REPLAY_SESSION: cassette.session,
-                                REPLAYED_ABANDONED: _abandoned(recorded.headers), **cassette.origin(index)},
+                                REPLAYED_ABANDONED: "abandoned" in mark, **cassette.origin(index)},
                 )
         if cassette.mode == "replay":
             error = miss_error(cassette, request.method, request.uri, request.body, digest)
@@ -221,7 +260,11 @@ def build(httpx: ModuleType):
             served = _served(self.cassette, recorded, _Replayed)
             if served is not None:
                 return served
-            response = self.inner.handle_request(request)
+            token = RECORDING_INTO_CASSETTE.set(True)
+            try:
+                response = self.inner.handle_request(request)
+            finally:
+                RECORDING_INTO_CASSETTE.reset(token)
             recording = _Recording(self.cassette, recorded, response)
             return httpx.Response(
                 response.status_code, headers=response.headers,
@@ -244,7 +287,11 @@ def build(httpx: ModuleType):
             served = _served(self.cassette, recorded, _AsyncReplayed)
             if served is not None:
                 return served
-            response = await self.inner.handle_async_request(request)
+            token = RECORDING_INTO_CASSETTE.set(True)
+            try:
+                response = await self.inner.handle_async_request(request)
+            finally:
+                RECORDING_INTO_CASSETTE.reset(token)
             recording = _Recording(self.cassette, recorded, response)
             return httpx.Response(
                 response.status_code, headers=response.headers,
