@@ -65,6 +65,15 @@ def test_instrument_alone_records_the_sdks_own_httpx2_clients(instrumented, monk
     check_live(lambda url: _drive(url, _client), "echo: Say hello")
 
 
+def test_instrument_alone_records_async_calls_over_aiohttp(instrumented):
+    # with aiohttp installed, `client.aio` sends through a bare aiohttp session the SDK builds on
+    # first use, after instrument(): recorded by the trace config instrument() adds to every session
+    import google.genai._api_client as api_client
+
+    assert api_client.has_aiohttp
+    check_live(lambda url: _drive(url, _client), "echo: Say hello")
+
+
 def test_thinking_cached_tokens_and_function_calls_are_counted_and_priced(store, instrumented):
     """A long system instruction sent twice is cached the second time (`cachedContentTokenCount`,
     inside `promptTokenCount`); thinking (`thoughtsTokenCount`) is output; a function call is a
