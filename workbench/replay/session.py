@@ -34,7 +34,7 @@ from workbench.replay.scrub import BodyHook, scrub
 MODES = ("replay", "record", "rerecord", "live")
 SAVE_EACH_UP_TO = 200  # interactions; past that, a recording session saves at most every SAVE_EVERY_S
 SAVE_EVERY_S = 1.0
-SAVE_SHARE = 10  # ... and at most every SAVE_SHARE x the last save's duration, so saving stays a small share
+SAVE_SHARE = 10  # ... and never sooner than SAVE_SHARE x the last save's duration, so saving stays a small share
 # one replay run: this process, or every worker of one pytest-xdist run
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(datetime.now(timezone.utc).timestamp())}"
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
@@ -107,6 +107,9 @@ class Cassette:
             if collecting:
                 gc.enable()
         self._new: list[Interaction] = []
+        # the file as this session last wrote it: (its stat, its recordings, their hashes); while the
+        # file is still that one, a save appends to these instead of reading and scrubbing it again
+        self._written: tuple[tuple, list[Interaction], list[str]] | None = None
         _open.add(self)
 
     # clients bound to this cassette (recorded by capture as well)
@@ -137,17 +140,18 @@ class Cassette:
 
     def record(self, interaction: Interaction) -> None:
         """Keep a new recording, and write the file: at once while the cassette is small, at most
-        once a second once it is large, and less often still as a save grows slow (rewriting it per
-        interaction made recording quadratic; so did a save every second of a 10 MB cassette, 5,000
-        answers of 1,000 cases x 5 epochs); `save()` at the end of a test, a suite, a client or the
-        process writes the rest."""
+        once a second once it is large, and never sooner than 10x the last save's duration after it
+        (rewriting it per interaction made recording quadratic; so did a save every second of a 10 MB
+        cassette, 5,000 answers of 1,000 cases x 5 epochs); `save()` at the end of a test, a suite, a
+        client or the process writes the rest."""
         clean = scrub(interaction, self.body_hook)
         with self._lock:
             self.index.add(clean)
             self._new.append(clean)
             self.recorded += 1
-            every = max(SAVE_EVERY_S, SAVE_SHARE * self._save_took)
-            due = len(self.index.interactions) <= SAVE_EACH_UP_TO or time.monotonic() - self._saved_at >= every
+            since = time.monotonic() - self._saved_at
+            share = SAVE_SHARE * self._save_took
+            due = since >= max(SAVE_EVERY_S, share) or (len(self.index.interactions) <= SAVE_EACH_UP_TO and since >= share)
         if due:
             self.save()
 
@@ -168,23 +172,38 @@ class Cassette:
     def _merge(self, new: list[Interaction]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with exclusive(_working(self.path, "locks", ".cassette.lock")):
-            on_disk, meta = (parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
-                             if self.path.exists() else ([], {}))
             written = {"request_hashes": None}
             if self.mode == "rerecord":
                 # what this run rerecorded (its pytest-xdist workers, its earlier sessions) is kept;
                 # anything older is what rerecord replaces
                 written["rerecorded_in"] = _RUN
-                if meta.get("rerecorded_in") != _RUN:
-                    on_disk, meta = [], {}
-                elif not new:
-                    return
-            merged = [scrub(item) for item in on_disk] + new
-            stored = meta.get("request_hashes")
-            known = stored + [None] * len(new) if isinstance(stored, list) and len(stored) == len(on_disk) else None
-            written["request_hashes"] = CassetteIndex(merged, known).hashes  # not rehashed on every save
+            on_disk, stored = self._on_disk()
+            if on_disk is None:
+                on_disk, stored = [], []
+            elif self.mode == "rerecord" and not new:
+                return  # what this run rerecorded is in the file already
+            merged = on_disk + new
+            hashes = CassetteIndex(merged, stored + [None] * len(new)).hashes  # not rehashed on every save
+            written["request_hashes"] = hashes
             write_cassette(self.path, merged, written)
+            self._written = (_signature(self.path), merged, hashes)
         self._save_played()
+
+    def _on_disk(self) -> tuple[list[Interaction] | None, list[str | None]]:
+        """The recordings in the file, scrubbed, and their stored hashes (None where unknown), under
+        the cassette's lock: from memory while the file is the one this session wrote last (saving
+        by reading, scrubbing and rewriting the whole file made recording quadratic); None: nothing
+        to keep (no file, or a rerecord replacing what an earlier run recorded)."""
+        if not self.path.exists():
+            return None, []
+        if self._written is not None and self._written[0] == _signature(self.path):
+            return self._written[1], self._written[2]
+        on_disk, meta = parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
+        if self.mode == "rerecord" and meta.get("rerecorded_in") != _RUN:
+            return None, []
+        stored = meta.get("request_hashes")
+        return [scrub(item) for item in on_disk], stored if isinstance(stored, list) and len(stored) == len(on_disk) \
+            else [None] * len(on_disk)
 
     def _save_played(self) -> None:
         """What this session played, merged with what other sessions of the same run played (a test
@@ -210,6 +229,12 @@ class Cassette:
                 os.replace(temporary, record)
         except OSError:
             pass  # the stale check is advisory; replay itself must not fail on it
+
+
+def _signature(path: Path) -> tuple:
+    """What tells one version of a file from another: a save replaces the file (a new inode)."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 @atexit.register
