@@ -34,7 +34,7 @@ from workbench.replay.scrub import BodyHook, scrub
 MODES = ("replay", "record", "rerecord", "live")
 SAVE_EACH_UP_TO = 200  # interactions; past that, a recording session saves at most every SAVE_EVERY_S
 SAVE_EVERY_S = 1.0
-SAVE_SHARE = 10  # ... and never sooner than SAVE_SHARE x the last save's duration, so saving stays a small share
+SAVE_SHARE = 10  # ... and at most every SAVE_SHARE x the last save's duration, so saving stays a small share
 # one replay run: this process, or every worker of one pytest-xdist run
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(datetime.now(timezone.utc).timestamp())}"
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
@@ -140,18 +140,17 @@ class Cassette:
 
     def record(self, interaction: Interaction) -> None:
         """Keep a new recording, and write the file: at once while the cassette is small, at most
-        once a second once it is large, and never sooner than 10x the last save's duration after it
-        (rewriting it per interaction made recording quadratic; so did a save every second of a 10 MB
-        cassette, 5,000 answers of 1,000 cases x 5 epochs); `save()` at the end of a test, a suite, a
-        client or the process writes the rest."""
+        once a second once it is large, and less often still as a save grows slow (rewriting it per
+        interaction made recording quadratic; so did a save every second of a 10 MB cassette, 5,000
+        answers of 1,000 cases x 5 epochs); `save()` at the end of a test, a suite, a client or the
+        process writes the rest."""
         clean = scrub(interaction, self.body_hook)
         with self._lock:
             self.index.add(clean)
             self._new.append(clean)
             self.recorded += 1
-            since = time.monotonic() - self._saved_at
-            share = SAVE_SHARE * self._save_took
-            due = since >= max(SAVE_EVERY_S, share) or (len(self.index.interactions) <= SAVE_EACH_UP_TO and since >= share)
+            every = max(SAVE_EVERY_S, SAVE_SHARE * self._save_took)
+            due = len(self.index.interactions) <= SAVE_EACH_UP_TO or time.monotonic() - self._saved_at >= every
         if due:
             self.save()
 
