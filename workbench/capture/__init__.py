@@ -14,7 +14,7 @@ import httpx2
 from workbench.capture.recorder import configure, flush, recorder
 from workbench.capture.runs import Billed, Run, billed_of, current_run, event, run
 from workbench.capture.transport import RECORDING as _RECORDING
-from workbench.capture.transport import build
+from workbench.capture.transport import build, built_for_httpx
 
 if TYPE_CHECKING:
     import httpx
@@ -23,16 +23,11 @@ RecordingTransport, AsyncRecordingTransport = build(httpx2)
 _HTTPX_TRANSPORTS = ("HttpxRecordingTransport", "AsyncHttpxRecordingTransport")
 
 
-@functools.cache
 def _httpx_transports() -> tuple[type, type]:
-    """Plain httpx's recording transports, built on first use: the runtime and the current SDKs
-    use httpx2, and importing httpx costs a command about 40 ms it mostly does not need."""
-    import httpx
-
-    return build(httpx)
+    return built_for_httpx(build)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str):  # plain httpx's transports, built on first use
     if name in _HTTPX_TRANSPORTS:
         return _httpx_transports()[_HTTPX_TRANSPORTS.index(name)]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

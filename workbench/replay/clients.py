@@ -6,7 +6,6 @@ clients."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import httpx2
@@ -15,21 +14,18 @@ from workbench import capture
 from workbench.config import RecordMode
 from workbench.replay.scrub import BodyHook
 from workbench.replay.session import Cassette
+from workbench.capture.transport import built_for_httpx
 from workbench.replay.transport import build
 
 ReplayTransport, AsyncReplayTransport = build(httpx2)
 _HTTPX_TRANSPORTS = ("HttpxReplayTransport", "AsyncHttpxReplayTransport")
 
 
-@functools.cache
 def _httpx_transports() -> tuple[type, type]:
-    """Plain httpx's replay transports, built on first use (as capture's recording ones are)."""
-    import httpx
-
-    return build(httpx)
+    return built_for_httpx(build)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str):  # plain httpx's transports, built on first use (as capture's are)
     if name in _HTTPX_TRANSPORTS:
         return _httpx_transports()[_HTTPX_TRANSPORTS.index(name)]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
