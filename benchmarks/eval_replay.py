@@ -7,6 +7,7 @@ same 1,000 cases, same machine, same run.
     python benchmarks/eval_replay.py --install-peers # install Inspect AI and promptfoo in scratch places first
     python benchmarks/eval_replay.py --cases 200 --no-peers
     python benchmarks/eval_replay.py --append        # append the results to benchmarks/RESULTS.md
+    python benchmarks/eval_replay.py --sizes 1000,10000,100000 --repeats 1 --append   # scale: linear? bounded?
 
 What is measured:
 
@@ -26,6 +27,12 @@ What is measured:
 * Host independence: a 20-case suite recorded over real HTTP against the fake provider served on
   one port, then replayed with the base URL on another port (nothing listening) and with the server
   shut down.
+* Scale (`--sizes`): for each size, the suite recorded (wall and CPU time of the recording process:
+  is recording linear in N?), then `workbench eval` replayed `--repeats` times: wall and CPU time of
+  the eval process, its peak RSS, the time until the results are in the store (the eval's exit, then
+  the detached ingester it left behind finishing) and the ingester's peak RSS (its VmHWM, read from
+  /proc while it runs). Per-case figures side by side show whether the time grows faster than N,
+  and the peaks whether memory grows with it. CPU time is the figure to read on a loaded machine.
 * Peers (each in its own environment, not the project's venv): Inspect AI (`pip install
   inspect-ai` into a scratch venv) and promptfoo (`npm install promptfoo` into a scratch folder),
   each on the same 1,000 tickets with its cache on, against the same fake provider served over
@@ -250,6 +257,147 @@ def host_independence(root: Path) -> dict:
             "detail": (while_up.stderr + server_gone.stderr).strip()[-500:]}
 
 
+# --- scale ---------------------------------------------------------------------------------------
+
+def _ingesters(root: Path) -> list[str]:
+    """The detached ingesters of this benchmark's store that are running now (their pids)."""
+    marker = str(root / "store").encode()
+    return [pid for pid in os.listdir("/proc") if pid.isdigit()
+            and b"ingest_spools" in (line := _cmdline(pid)) and marker in line]
+
+
+def _own_cpu(pid: str) -> float:
+    """CPU seconds of a process itself, not of the children it waited for."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _peak_rss_mb(pid: str) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _child(command: list[str], root: Path, env: dict) -> dict:
+    """Run one command: its wall and CPU seconds (the kernel's rusage) and its own peak RSS in MB
+    (its VmHWM, read every 10 ms while it runs: the rusage's peak would include the ingesters it
+    started and reaped), then wait for the ingesters of its store, started during the run or at
+    its exit, noting when the last finished and their peak RSS."""
+    import threading
+
+    peaks: dict[str, float] = {}
+    done = threading.Event()
+    started = time.perf_counter()
+    child = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    own_cpu = [0.0]
+
+    def watch() -> None:
+        while not done.is_set():
+            for pid in [str(child.pid), *_ingesters(root)]:
+                peaks[pid] = max(peaks.get(pid, 0.0), _peak_rss_mb(pid))
+            own_cpu[0] = max(own_cpu[0], _own_cpu(str(child.pid)))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    errors = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    while _ingesters(root):
+        time.sleep(0.01)
+    stored = time.perf_counter() - started
+    done.set()
+    watcher.join()
+    own = peaks.pop(str(child.pid), 0.0)
+    # "cpu" counts the ingesters the process started during its run and reaped (one every 10 s of
+    # wall time); "own_cpu" is the process's alone (its /proc stat, the last reading before its exit)
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "own_cpu": own_cpu[0], "rss_mb": own,
+            "rc": os.waitstatus_to_exitcode(status),
+            "stored": stored, "ingesters": len(peaks), "ingester_rss_mb": max(peaks.values(), default=0.0),
+            "err": errors.decode(errors="replace")[-2000:]}
+
+
+RECORD_CODE = """
+import sys
+from pathlib import Path
+from workbench.evaluate.gate import evaluate
+from workbench.evaluate.suite import load_suites
+suite = load_suites([Path(sys.argv[1])])[sys.argv[2]]
+network = __import__('workbench.demo.examples', fromlist=['fake_network']).fake_network()
+outcome = evaluate(suite, mode="record", record_baseline=True, network=network)
+assert outcome.error is None, outcome.error
+"""
+
+
+def bench_scale(base: Path, sizes: list[int], repeats: int) -> list[dict]:
+    """Per size: the recording of the suite, then `workbench eval` replayed `repeats` times."""
+    import compileall
+
+    compileall.compile_dir(str(REPO / "workbench"), quiet=1)
+    rows = []
+    for cases in sizes:
+        root = base / f"scale-{cases}"
+        suite_file = write_suite(root, "bench", cases)
+        env = offline_env(root, "http://127.0.0.1:9/v1")
+        recorded = _child([sys.executable, "-c", RECORD_CODE, str(suite_file), "bench"], root, env)
+        if recorded["rc"] != 0:
+            raise SystemExit(f"recording {cases} cases failed:\n{recorded['err']}")
+        runs = []
+        for _ in range(repeats):
+            settle(root)
+            speed = machine_speed()
+            command = [str(Path(sys.executable).with_name("workbench")), "eval", "bench", "--evals", str(root / "evals")]
+            result = _child(command, root, offline_env(root, f"http://127.0.0.1:{free_port()}/v1"))
+            if result["rc"] != 0:
+                raise SystemExit(f"workbench eval of {cases} cases failed ({result['rc']}):\n{result['err']}")
+            runs.append({**result, "speed": speed, "load": os.getloadavg()[0]})
+            print(f"  {cases:,} cases: {result}", flush=True)
+        best = min(runs, key=lambda run: run["own_cpu"])
+        rows.append({"cases": cases, "record": recorded, "runs": runs, "best": best,
+                     "cassette_mb": (root / "cassettes" / "bench.json").stat().st_size / 1e6})
+        print(f"scale {cases:,}: record {recorded['wall']:.1f} s wall {recorded['cpu']:.1f} s CPU; "
+              f"eval best {best}", flush=True)
+    return rows
+
+
+def render_scale(args, rows: list[dict], load_before, load_after) -> str:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    first = rows[0]
+    lines = [
+        f"## Eval replay at scale, {', '.join(format(row['cases'], ',') for row in rows)} cases — {now}", "",
+        f"- machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after",
+        f"- command: `python benchmarks/eval_replay.py --sizes {args.sizes} --repeats {args.repeats} --no-peers`",
+        "- per size, the run with the least CPU of its repeats; CPU is the process's with the ingesters it reaped, "
+        "(own) without them; `per case` is own CPU time / cases; `stored` is the "
+        "time until the detached ingester the eval left behind finished (results in the store); `x 1st` is the "
+        f"per-case CPU against {first['cases']:,} cases (1.00 = linear)", "",
+        "| cases | cassette | record wall | record CPU (own) | record CPU x N-ratio | eval wall | eval CPU (own) | "
+        "CPU per case | x 1st | stored | eval peak RSS | ingesters | ingester peak RSS | machine loop |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        best, record = row["best"], row["record"]
+        per_case = best["own_cpu"] / row["cases"]
+        first_per_case = first["best"]["own_cpu"] / first["cases"]
+        record_ratio = (record["own_cpu"] / first["record"]["own_cpu"]) / (row["cases"] / first["cases"])
+        lines.append(
+            f"| {row['cases']:,} | {row['cassette_mb']:.1f} MB | {record['wall']:.1f} s | {record['cpu']:.1f} s "
+            f"({record['own_cpu']:.1f} s) | {record_ratio:.2f} | {best['wall']:.2f} s | {best['cpu']:.2f} s "
+            f"({best['own_cpu']:.2f} s) | {per_case * 1000:.3f} ms | "
+            f"{per_case / first_per_case:.2f} | {best['stored']:.2f} s | {best['rss_mb']:.0f} MB | "
+            f"{best['ingesters']} | {best['ingester_rss_mb']:.0f} MB | {best['speed']:.2f} s |")
+    return "\n".join(lines) + "\n"
+
+
 # --- peers ---------------------------------------------------------------------------------------
 
 INSPECT_TASK = '''
@@ -382,7 +530,20 @@ def main() -> None:
     parser.add_argument("--install-peers", action="store_true",
                         help=f"pip install inspect-ai into {PEER_VENV} and npm install promptfoo into {PEER_NPM} first")
     parser.add_argument("--append", action="store_true", help="append the results to benchmarks/RESULTS.md")
+    parser.add_argument("--sizes", help="comma-separated case counts: the scale benchmark (recording, eval time, "
+                                        "memory per size) instead of the 1,000-case comparison")
     args = parser.parse_args()
+
+    if args.sizes:
+        load_before = os.getloadavg()
+        rows = bench_scale(Path(tempfile.mkdtemp(prefix="wb-eval-scale-")), [int(size) for size in args.sizes.split(",")],
+                           args.repeats)
+        report = render_scale(args, rows, load_before, os.getloadavg())
+        print(report)
+        if args.append:
+            with (REPO / "benchmarks" / "RESULTS.md").open("a", encoding="utf-8") as handle:
+                handle.write("\n" + report)
+        return
 
     if args.install_peers:
         install_peers()

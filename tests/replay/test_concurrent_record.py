@@ -76,3 +76,39 @@ def test_workers_of_one_rerecord_run_keep_each_others_recordings_and_drop_the_ol
                            env={**env, "PYTEST_XDIST_TESTRUNUID": "run-2"}, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert _texts(path) == ["worker 5 request 0", "worker 5 request 1"]  # a new run rerecords everything
+
+
+def test_sessions_saving_in_turn_keep_each_others_recordings_and_a_hand_edit(tmp_path, monkeypatch):
+    """A session saves from what it last wrote while the file is still that one; once another
+    session (or a person) changed the file, it reads and scrubs the file again before it merges."""
+    from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse, load_cassette
+    from workbench.replay.session import Cassette
+
+    monkeypatch.setenv("WORKBENCH_DB", str(tmp_path / "wb.duckdb"))
+    path = tmp_path / "turns.json"
+
+    def interaction(text: str) -> Interaction:
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}).encode()
+        return Interaction(request=RecordedRequest(uri="http://fake.test/v1/chat/completions", body=body),
+                           response=RecordedResponse(status=200, body=b'{"ok": true}'))
+
+    first, second = Cassette(path, "record"), Cassette(path, "record")
+
+    def record(session: Cassette, text: str) -> None:
+        session.record(interaction(text))
+        session.save()  # a save right away, whatever the last one took
+
+    record(first, "a1")
+    record(second, "b1")
+    record(first, "a2")
+    data = json.loads(path.read_text())
+    key = "sk-proj-" + "Z" * 40
+    data["interactions"][0]["request"]["headers"] = {"Authorization": [f"Bearer {key}"]}  # pasted in by hand
+    path.write_text(json.dumps(data))
+    record(second, "b2")
+    record(first, "a3")
+
+    texts = [json.loads(item.request.body)["messages"][0]["content"] for item in load_cassette(path)]
+    assert texts == ["a1", "b1", "a2", "b2", "a3"]
+    assert key not in path.read_text()
+    assert len(json.loads(path.read_text())["workbench"]["request_hashes"]) == 5

@@ -7,21 +7,46 @@ the bare aiohttp sessions built after it (`workbench.capture.aiohttp_session`)."
 
 from __future__ import annotations
 
-import httpx
+import functools
+from typing import TYPE_CHECKING
+
 import httpx2
 
 from workbench.capture.recorder import configure, flush, recorder
 from workbench.capture.runs import Billed, Run, billed_of, current_run, event, run
 from workbench.capture.transport import RECORDING as _RECORDING
-from workbench.capture.transport import build
+from workbench.capture.transport import build, built_for_httpx
+
+if TYPE_CHECKING:
+    import httpx
 
 RecordingTransport, AsyncRecordingTransport = build(httpx2)
-HttpxRecordingTransport, AsyncHttpxRecordingTransport = build(httpx)
-_RECORDING_TRANSPORTS = (RecordingTransport, AsyncRecordingTransport, HttpxRecordingTransport, AsyncHttpxRecordingTransport)
-# the transports that answer inside the process (an app under test, a mock): no provider behind them,
-# and a test's ambient cassette must not stand in for them
-_IN_PROCESS = tuple(getattr(module, name) for module in (httpx, httpx2)
-                    for name in ("ASGITransport", "WSGITransport", "MockTransport"))
+_HTTPX_TRANSPORTS = ("HttpxRecordingTransport", "AsyncHttpxRecordingTransport")
+
+
+def _httpx_transports() -> tuple[type, type]:
+    return built_for_httpx(build)
+
+
+def __getattr__(name: str):  # plain httpx's transports, built on first use
+    if name in _HTTPX_TRANSPORTS:
+        return _httpx_transports()[_HTTPX_TRANSPORTS.index(name)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _recording_transports() -> tuple[type, ...]:
+    return (RecordingTransport, AsyncRecordingTransport, *_httpx_transports())
+
+
+@functools.cache
+def _in_process() -> tuple[type, ...]:
+    """The transports that answer inside the process (an app under test, a mock): no provider
+    behind them, and a test's ambient cassette must not stand in for them."""
+    import httpx
+
+    return tuple(getattr(module, name) for module in (httpx, httpx2)
+                 for name in ("ASGITransport", "WSGITransport", "MockTransport"))
 
 # what the official SDKs set on their own default clients
 _DEFAULTS = {"timeout": 600.0, "follow_redirects": True}
@@ -47,15 +72,19 @@ def async_http_client(transport=None, **kwargs) -> httpx2.AsyncClient:
 
 
 def httpx_client(transport=None, **kwargs) -> httpx.Client:
+    import httpx
+
     kwargs, options = _split(kwargs)
-    return httpx.Client(transport=HttpxRecordingTransport(transport or httpx.HTTPTransport(**options)), **kwargs)
+    recording, _ = _httpx_transports()
+    return httpx.Client(transport=recording(transport or httpx.HTTPTransport(**options)), **kwargs)
 
 
 def async_httpx_client(transport=None, **kwargs) -> httpx.AsyncClient:
+    import httpx
+
     kwargs, options = _split(kwargs)
-    return httpx.AsyncClient(
-        transport=AsyncHttpxRecordingTransport(transport or httpx.AsyncHTTPTransport(**options)), **kwargs
-    )
+    _, recording = _httpx_transports()
+    return httpx.AsyncClient(transport=recording(transport or httpx.AsyncHTTPTransport(**options)), **kwargs)
 
 
 _instrumented: list[tuple[type | None, str, object]] = []  # (None, "", undo): an undo of its own
@@ -72,6 +101,8 @@ def instrument() -> None:
     transports (ASGI, WSGI, `MockTransport`: an app under test or a mock, no provider), an aiohttp
     session built before `instrument()`, and HTTP sent by neither library (`requests`, urllib).
     `uninstrument()` undoes it."""
+    import httpx
+
     if _instrumented:
         return
     try:
@@ -83,7 +114,7 @@ def instrument() -> None:
         _instrumented.append((None, "", uninstrument_sessions))
     for module, (sync_recording, async_recording) in (
         (httpx2, (RecordingTransport, AsyncRecordingTransport)),
-        (httpx, (HttpxRecordingTransport, AsyncHttpxRecordingTransport)),
+        (httpx, _httpx_transports()),
     ):
         for cls, recording in ((module.Client, sync_recording), (module.AsyncClient, async_recording)):
             original = cls._transport_for_url
@@ -97,7 +128,7 @@ def _recorded_transport(original, recording):
 
     def _transport_for_url(self, url):
         transport = original(self, url)
-        if isinstance(transport, _RECORDING_TRANSPORTS + _IN_PROCESS) or _RECORDING.get():
+        if isinstance(transport, _recording_transports() + _in_process()) or _RECORDING.get():
             return transport
         return recording(transport)
 

@@ -213,7 +213,8 @@ class RunScope:
 
         run = Run(self.name, self.kind, self.tags, current_run(), self.prompt)
         if run.parent is None and recorder().settings.capture:
-            _hold_process_lock(recorder().settings.work_dir)
+            if _process_lock_held is None:  # once per process (the store's folder costs a path resolve)
+                _hold_process_lock(recorder().settings.work_dir)
             if self.resume is None and os.environ.get(RESUME_ENV):
                 open_resume(run, None)
         if self.resume is not None:  # bad input raises here, before anything is recorded

@@ -8,6 +8,7 @@ SDK at `[DONE]`, LiteLLM at Anthropic's `message_delta`."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import weakref
 from contextvars import ContextVar
@@ -163,6 +164,15 @@ def _failed(pending: Pending, exc: BaseException) -> None:
         pending.finish(ended=False, error=error)
     except Exception:  # noqa: BLE001 - never mask the application's own error
         pass
+
+
+@functools.cache
+def built_for_httpx(build_for) -> tuple[type, type]:
+    """`build_for(httpx)`, on first use: the runtime and the current SDKs use httpx2, and importing
+    plain httpx costs a command about 40 ms it mostly does not need."""
+    import httpx
+
+    return build_for(httpx)
 
 
 def build(httpx: ModuleType):

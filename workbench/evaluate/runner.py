@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import cached_property
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -136,7 +137,7 @@ class Sample:
     error: WorkbenchError | None = None
     error_stage: str | None = None  # "target" or "scorer"
 
-    @property
+    @cached_property  # a sample is never changed once run; reports and the gate ask again and again
     def score(self) -> float | None:
         """The mean of the gated scores, to 6 places (the precision baselines keep); None when the
         sample ended in an error."""
@@ -151,7 +152,7 @@ class CaseResult:
     case_id: str
     samples: list[Sample]
 
-    @property
+    @cached_property  # a case's samples are all in once it is built
     def errored(self) -> list[Sample]:
         return [sample for sample in self.samples if sample.error is not None]
 
@@ -166,12 +167,12 @@ class CaseResult:
         """Every error of the case is its target's (what `errors_are_failures` turns into a failure)."""
         return bool(self.errored) and all(sample.error_stage == "target" for sample in self.errored)
 
-    @property
+    @cached_property
     def values(self) -> list[float]:
         """Every sample's score, in epoch order (empty when the case errored)."""
         return [] if self.errored else [sample.score for sample in self.samples]
 
-    @property
+    @cached_property
     def score(self) -> float | None:
         """The mean of the samples, to 6 places; None: the case ended in an error, so no score."""
         values = self.values

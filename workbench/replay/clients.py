@@ -8,17 +8,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import httpx2
 
 from workbench import capture
 from workbench.config import RecordMode
 from workbench.replay.scrub import BodyHook
 from workbench.replay.session import Cassette
+from workbench.capture.transport import built_for_httpx
 from workbench.replay.transport import build
 
 ReplayTransport, AsyncReplayTransport = build(httpx2)
-HttpxReplayTransport, AsyncHttpxReplayTransport = build(httpx)
+_HTTPX_TRANSPORTS = ("HttpxReplayTransport", "AsyncHttpxReplayTransport")
+
+
+def _httpx_transports() -> tuple[type, type]:
+    return built_for_httpx(build)
+
+
+def __getattr__(name: str):  # plain httpx's transports, built on first use (as capture's are)
+    if name in _HTTPX_TRANSPORTS:
+        return _httpx_transports()[_HTTPX_TRANSPORTS.index(name)]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _cassette(cassette: Cassette | Path | str, mode: RecordMode | None, body_hook: BodyHook | None) -> Cassette:
@@ -46,8 +56,12 @@ def async_http_client(cassette=None, mode: RecordMode | None = None, body_hook: 
 
 def httpx_client(cassette=None, mode: RecordMode | None = None, body_hook: BodyHook | None = None, transport=None, **kwargs):
     """The same over plain httpx (older SDKs, LiteLLM, your own code)."""
-    return _wrap(capture.httpx_client, HttpxReplayTransport, httpx.HTTPTransport, cassette, mode, body_hook, transport, kwargs)
+    import httpx
+
+    return _wrap(capture.httpx_client, _httpx_transports()[0], httpx.HTTPTransport, cassette, mode, body_hook, transport, kwargs)
 
 
 def async_httpx_client(cassette=None, mode: RecordMode | None = None, body_hook: BodyHook | None = None, transport=None, **kwargs):
-    return _wrap(capture.async_httpx_client, AsyncHttpxReplayTransport, httpx.AsyncHTTPTransport, cassette, mode, body_hook, transport, kwargs)
+    import httpx
+
+    return _wrap(capture.async_httpx_client, _httpx_transports()[1], httpx.AsyncHTTPTransport, cassette, mode, body_hook, transport, kwargs)

@@ -108,6 +108,9 @@ class Cassette:
             if collecting:
                 gc.enable()
         self._new: list[Interaction] = []
+        # the file as this session last wrote it: (its stat, its recordings, their hashes); while the
+        # file is still that one, a save appends to these instead of reading and scrubbing it again
+        self._written: tuple[tuple, list[Interaction], list[str]] | None = None
         _open.add(self)
 
     # clients bound to this cassette (recorded by capture as well)
@@ -169,23 +172,38 @@ class Cassette:
     def _merge(self, new: list[Interaction]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with exclusive(_working(self.path, "locks", ".cassette.lock")):
-            on_disk, meta = (parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
-                             if self.path.exists() else ([], {}))
             written = {"request_hashes": None}
             if self.mode == "rerecord":
                 # what this run rerecorded (its pytest-xdist workers, its earlier sessions) is kept;
                 # anything older is what rerecord replaces
                 written["rerecorded_in"] = _RUN
-                if meta.get("rerecorded_in") != _RUN:
-                    on_disk, meta = [], {}
-                elif not new:
-                    return
-            merged = [scrub(item) for item in on_disk] + new
-            stored = meta.get("request_hashes")
-            known = stored + [None] * len(new) if isinstance(stored, list) and len(stored) == len(on_disk) else None
-            written["request_hashes"] = CassetteIndex(merged, known).hashes  # not rehashed on every save
+            on_disk, stored = self._on_disk()
+            if on_disk is None:
+                on_disk, stored = [], []
+            elif self.mode == "rerecord" and not new:
+                return  # what this run rerecorded is in the file already
+            merged = on_disk + new
+            hashes = CassetteIndex(merged, stored + [None] * len(new)).hashes  # not rehashed on every save
+            written["request_hashes"] = hashes
             write_cassette(self.path, merged, written)
+            self._written = (_signature(self.path), merged, hashes)
         self._save_played()
+
+    def _on_disk(self) -> tuple[list[Interaction] | None, list[str | None]]:
+        """The recordings in the file, scrubbed, and their stored hashes (None where unknown), under
+        the cassette's lock: from memory while the file is the one this session wrote last (saving
+        by reading, scrubbing and rewriting the whole file made recording quadratic); None: nothing
+        to keep (no file, or a rerecord replacing what an earlier run recorded)."""
+        if not self.path.exists():
+            return None, []
+        if self._written is not None and self._written[0] == _signature(self.path):
+            return self._written[1], self._written[2]
+        on_disk, meta = parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
+        if self.mode == "rerecord" and meta.get("rerecorded_in") != _RUN:
+            return None, []
+        stored = meta.get("request_hashes")
+        return [scrub(item) for item in on_disk], stored if isinstance(stored, list) and len(stored) == len(on_disk) \
+            else [None] * len(on_disk)
 
     def _save_played(self) -> None:
         """What this session played, written now or, for a session of a test suite, kept and written
@@ -236,6 +254,12 @@ def _write_played(path: Path, own: int, played: set[int]) -> None:
             os.replace(temporary, record)
     except OSError:
         pass  # the stale check is advisory; replay itself must not fail on it
+
+
+def _signature(path: Path) -> tuple:
+    """What tells one version of a file from another: a save replaces the file (a new inode)."""
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 @atexit.register

@@ -67,6 +67,10 @@ def canonical_body(body: bytes):
     if not body:
         return None
     try:
+        return orjson.loads(body)  # the same value as the standard library's, several times faster
+    except orjson.JSONDecodeError:  # what only the standard library reads: NaN, integers past 64 bits, lone surrogates
+        pass
+    try:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         return body.decode("utf-8", "replace")
