@@ -174,7 +174,7 @@ def _time(nanos: int) -> datetime:
 def _span(pending: Pending, call: Call):
     """The call's CLIENT span with the GenAI attributes, ended; None when tracing does not record."""
     model = call.model_requested or call.model_served
-    operation = "embeddings" if call.wire == "openai.embeddings" else "chat"  # the GenAI operation names
+    operation = semconv.OPERATIONS.get(call.wire, "chat")
     span = tracer().start_span(
         f"{operation} {model}" if model else operation,
         context=pending.context,

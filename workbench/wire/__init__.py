@@ -11,7 +11,9 @@ import json
 from urllib.parse import urlsplit
 
 from workbench.models import ModelRegistry, price_with
-from workbench.wire import anthropic_messages, openai_chat, openai_embeddings, openai_responses
+from workbench.wire import (
+    anthropic_complete, anthropic_messages, openai_chat, openai_completions, openai_embeddings, openai_responses,
+)
 from workbench.wire.call import Call, Exchange, ToolCall, Wire
 from workbench.wire.canonical import request_hash
 from workbench.wire.decode import decode_body
@@ -27,6 +29,8 @@ _PARSERS = {
     "openai.responses": openai_responses,
     "anthropic.messages": anthropic_messages,
     "openai.embeddings": openai_embeddings,
+    "openai.completions": openai_completions,
+    "anthropic.complete": anthropic_complete,
 }
 # host suffix -> provider; anything else is named by its host
 _HOSTS = {
@@ -54,6 +58,10 @@ def wire_of(method: str, url: str) -> Wire:
         return "anthropic.messages"
     if path.endswith("/embeddings"):
         return "openai.embeddings"
+    if path.endswith("/completions"):  # after /chat/completions: the legacy text completions
+        return "openai.completions"
+    if path.endswith("/complete"):
+        return "anthropic.complete"
     return "unknown"
 
 
@@ -63,7 +71,7 @@ def provider_of(url: str, wire: Wire) -> str:
         if host == suffix or host.endswith("." + suffix):
             return name
     if host in {"127.0.0.1", "localhost", "::1"} or not host:
-        return {"anthropic.messages": "anthropic", "unknown": "unknown"}.get(wire, "openai")
+        return {"anthropic.messages": "anthropic", "anthropic.complete": "anthropic", "unknown": "unknown"}.get(wire, "openai")
     return host
 
 

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from workbench.models import Usage
 
-Wire = Literal["openai.chat", "openai.responses", "anthropic.messages", "openai.embeddings", "unknown"]
+Wire = Literal["openai.chat", "openai.responses", "anthropic.messages", "openai.embeddings", "openai.completions",
+               "anthropic.complete", "unknown"]
 
 
 @dataclass(slots=True)
