@@ -125,3 +125,15 @@ def test_an_error_event_in_an_anthropic_complete_stream_is_kept():
                                                                           "message": "Overloaded"}}))
     call = _call(ANTHROPIC, {"model": "claude-2.0", "stream": True}, body, sse=True)
     assert (call.output_text, call.error_type, call.settled) == (" Hi", "overloaded_error", False)
+
+
+def test_the_legacy_openai_models_are_priced_at_openais_published_rates():
+    """OpenAI's prices per million tokens (https://platform.openai.com/docs/pricing, legacy models):
+    gpt-3.5-turbo-instruct $1.50 in / $2.00 out, davinci-002 $2.00 / $2.00, babbage-002 $0.40 / $0.40,
+    i.e. 150/200, 200/200 and 40/40 micro-cents a token; read from the bundled price library."""
+    rates = {"gpt-3.5-turbo-instruct": (150, 200), "davinci-002": (200, 200), "babbage-002": (40, 40)}
+    for model, (per_input, per_output) in rates.items():
+        call = _call(OPENAI, {"model": model, "prompt": "p"}, {"id": "c", "model": model, "choices": [],
+                                                               "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+        priced(call, ModelRegistry())
+        assert (call.cost_micros, call.price_source.split(":")[-1]) == (7 * per_input + 3 * per_output, f"openai/{model}")
