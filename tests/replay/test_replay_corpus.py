@@ -1,4 +1,4 @@
-"""Every interaction of every corpus cassette (99 files recorded by six other projects, vcrpy
+"""Every interaction of every corpus cassette (110 files recorded by six other projects, vcrpy
 layouts old and new, gzip bodies, parsed_body mappings) replays through Workbench's transport, in
 file order, and the replayed response parses to the same Call as the raw file interaction does."""
 
@@ -39,7 +39,7 @@ def _header(headers: dict[str, list[str]], name: str) -> str:
 
 
 def test_the_corpus_is_all_there_and_only_the_unsafe_file_is_refused():
-    assert len(FILES) == 99 and UNSAFE in FILES
+    assert len(FILES) == 110 and UNSAFE in FILES
     with pytest.raises(WorkbenchError) as refused:
         workbench.http_client(cassette=CORPUS / UNSAFE, mode="replay")
     assert refused.value.code == "WB_CASSETTE_INVALID"
