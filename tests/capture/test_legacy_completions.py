@@ -135,3 +135,24 @@ def test_legacy_completions_replay_offline_from_a_recorded_cassette(store, tmp_p
     fields = ("wire", "stream", "settled", "input_tokens", "output_tokens", "cost_micros", "output_text")
     assert [{name: row[name] for name in fields} for row in rows[4:]] == [
         {name: row[name] for name in fields} for row in rows[:4]]
+
+
+def test_litellm_text_completion_to_anthropic_is_recorded_without_its_estimated_usage(store, fake_provider, fake_url,
+                                                                                      monkeypatch):
+    """LiteLLM's `anthropic_text/` route sends `/v1/complete` and fills in a usage of its own (counted
+    with a tokenizer, not billed by Anthropic): the store keeps the call unsettled, never that estimate."""
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price map fetched from the network
+    import litellm
+
+    workbench.instrument()
+    try:
+        with workbench.run("litellm-claude-2") as run:
+            answer = litellm.text_completion(model="anthropic_text/claude-2.1", prompt="Hello there", max_tokens=50,
+                                             api_base=fake_url + "/v1/complete", api_key="sk-ant-test")
+    finally:
+        workbench.uninstrument()
+    assert answer.choices[0].text.startswith("echo: ") and answer.usage.prompt_tokens > 0  # LiteLLM's estimate
+    (row,) = _calls(store)
+    assert_matches_served([row], fake_provider.served)
+    assert (row["wire"], row["settled"], row["input_tokens"], row["cost_micros"]) == ("anthropic.complete", False, 0, None)
+    assert (run.billed.calls, run.billed.unsettled) == (0, 1)
