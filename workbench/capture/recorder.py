@@ -174,8 +174,7 @@ def _time(nanos: int) -> datetime:
 def _span(pending: Pending, call: Call):
     """The call's CLIENT span with the GenAI attributes, ended; None when tracing does not record."""
     model = call.model_requested or call.model_served
-    # the GenAI semantic conventions' operation names
-    operation = {"openai.embeddings": "embeddings", "google.gemini": "generate_content"}.get(call.wire, "chat")
+    operation = semconv.OPERATIONS.get(call.wire, "chat")
     span = tracer().start_span(
         f"{operation} {model}" if model else operation,
         context=pending.context,

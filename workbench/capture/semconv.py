@@ -4,6 +4,9 @@ Mind the one difference in meaning: `gen_ai.usage.input_tokens` INCLUDES cache r
 while Workbench's `input_tokens` column is the uncached part only."""
 
 OPERATION_NAME = "gen_ai.operation.name"
+# its value per wire (a span is named "{operation} {model}"); any other wire's calls are "chat"
+OPERATIONS = {"openai.embeddings": "embeddings", "openai.completions": "text_completion",
+              "anthropic.complete": "text_completion", "google.gemini": "generate_content"}
 PROVIDER_NAME = "gen_ai.provider.name"
 REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"

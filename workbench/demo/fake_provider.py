@@ -1,9 +1,10 @@
-"""A deterministic, scriptable fake LLM provider speaking five real wire formats.
+"""A deterministic, scriptable fake LLM provider speaking seven real wire formats.
 
 It answers ``POST /v1/chat/completions`` (OpenAI chat), ``POST /v1/responses`` (OpenAI Responses),
 ``POST /v1/embeddings`` (see ``fake_embeddings``), ``POST /v1/messages`` (Anthropic Messages;
-also ``/v1/messages/count_tokens``) and ``POST /v1beta/models/{model}:generateContent`` (Gemini;
-``:streamGenerateContent?alt=sse`` streams), as JSON or as
+also ``/v1/messages/count_tokens``), ``POST /v1beta/models/{model}:generateContent`` (Gemini;
+``:streamGenerateContent?alt=sse`` streams) and the legacy text completions, ``POST /v1/completions``
+(OpenAI) and ``POST /v1/complete`` (Anthropic), as JSON or as
 SSE when the body says ``"stream": true``, closely enough that the real ``openai``, ``anthropic``
 and ``google-genai`` SDKs parse it, helpers included. ``FakeProvider.handle`` is the one core function; it is pure
 Python and does no I/O. ``fake_server`` serves it over real HTTP (``workbench fake-provider``); the transports
@@ -22,6 +23,9 @@ Token counting (deterministic, documented because tests assert on it): a piece o
   then one ``role: content`` line per message / input item) and input is that string's cost.
 * Gemini: the same, over its tools, ``systemInstruction`` and ``contents`` (one ``role: parts``
   line each). Thinking tokens (``Reply.reasoning_tokens``) are reported as ``thoughtsTokenCount``.
+* Legacy completions: input is the sum of each prompt's cost (``prompt``, a string or a list of
+  strings); never cached. OpenAI's answer repeats the reply for each prompt ``n`` times, and bills
+  ``max(n, best_of)`` completions per prompt; Anthropic's ``/v1/complete`` reports no usage at all.
 * Output is the cost of the visible text + refusal + each tool call's name and JSON arguments,
   plus ``Reply.reasoning_tokens`` (reasoning tokens are output tokens), at least 1.
 * ``Reply(usage_reported=False)`` answers on the chat wire with no usage at all (no ``usage`` field,
@@ -64,7 +68,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from workbench.demo.fake_embeddings import inputs_of, render_embeddings
-from workbench.demo.fake_wires import RENDERERS, Turn, dumps
+from workbench.demo.fake_wires import (
+    LEGACY_WIRES, RENDERERS, Turn, dumps, legacy_copies, legacy_prompts, usage_sent,
+)
 
 __all__ = [
     "Reply", "FakeRequest", "FakeResponse", "FakeProvider", "Served", "count_tokens",
@@ -198,7 +204,8 @@ def _wire_of(method: str, path: str) -> str | None:
     if path.endswith((":generateContent", ":streamGenerateContent")):
         return "google.gemini"
     for suffix, wire in (("/chat/completions", "openai.chat"), ("/responses", "openai.responses"),
-                         ("/embeddings", "openai.embeddings"),
+                         ("/embeddings", "openai.embeddings"), ("/completions", "openai.completions"),
+                         ("/complete", "anthropic.complete"),
                          ("/messages/count_tokens", "anthropic.count_tokens"),
                          ("/messages", "anthropic.messages")):
         if path.endswith(suffix):
@@ -259,6 +266,9 @@ def _gemini_model(path: str) -> str:
 
 
 def _last_user_text(wire: str, body: dict) -> str:
+    if wire in LEGACY_WIRES:  # the last prompt; of an Anthropic one, its last human turn
+        prompt = (legacy_prompts(body) or [""])[-1]
+        return prompt.rsplit("Human:", 1)[-1].split("\n\nAssistant:", 1)[0].strip() if wire == "anthropic.complete" else prompt
     items = {"openai.responses": body.get("input"),
              "google.gemini": body.get("contents")}.get(wire, body.get("messages"))
     if isinstance(items, str):
@@ -388,7 +398,13 @@ class FakeProvider:
         model = _gemini_model(req.path) if wire == "google.gemini" else body.get("model") or "fake-model"
         if wire == "openai.embeddings":
             return self._embeddings(body, model, rid)
-        if wire.startswith("anthropic"):
+        if wire in LEGACY_WIRES:
+            prompts = legacy_prompts(body)
+            if prompts is None:
+                return _error_response(wire, 400, rid, message="'prompt' must be a string or a list of strings",
+                                       param="prompt")
+            total = sum(count_tokens(prompt) for prompt in prompts)
+        elif wire.startswith("anthropic"):
             segs = _anthropic_segments(body)
             total = sum(count_tokens(t) for _, t, _ in segs)
             if wire == "anthropic.count_tokens":
@@ -410,12 +426,11 @@ class FakeProvider:
             err.delay_s = reply.delay_s
             return err
 
-        read, write = (self._anthropic_caching(model, segs) if wire.startswith("anthropic")
-                       else self._openai_caching(model, prompt, total))
+        read, write = ((0, 0) if wire in LEGACY_WIRES else self._anthropic_caching(model, segs)
+                       if wire.startswith("anthropic") else self._openai_caching(model, prompt, total))
         turn = self._turn(n, wire, body, model, reply, total, read, write)
         stream = req.path.split("?", 1)[0].endswith(":streamGenerateContent") or bool(body.get("stream"))
-        reported = turn.usage_reported and (not stream or wire != "openai.chat"
-                                            or bool((body.get("stream_options") or {}).get("include_usage")))
+        reported = turn.usage_reported and usage_sent(wire, body, stream)
         self.served.append(Served(wire, turn.model, stream, dict(turn.usage) if reported else None))
         idh, render = RENDERERS[wire]
         if reply.retry_after is not None:
@@ -525,7 +540,7 @@ class FakeProvider:
                  for i, (name, args) in enumerate(reply.tool_calls)]
         text, stop = reply.text, reply.stop_reason
         limit = (body.get("max_tokens") or body.get("max_completion_tokens") or body.get("max_output_tokens")
-                 or (body.get("generationConfig") or {}).get("maxOutputTokens"))
+                 or (body.get("generationConfig") or {}).get("maxOutputTokens") or body.get("max_tokens_to_sample"))
 
         def visible(t: str | None) -> int:
             return count_tokens((t or "") + (reply.refusal or "")) + sum(count_tokens(nm + a) for _, nm, a in calls)
@@ -537,8 +552,10 @@ class FakeProvider:
             stop = "length"
         if stop is None:  # any wire's spelling; each renderer maps it to its own
             stop = "tool_use" if calls else "refusal" if reply.refusal and wire.startswith("anthropic") else "end_turn"
+        # legacy completions bill every completion generated: each prompt's n (or best_of)
+        copies = len(legacy_prompts(body) or [""]) * legacy_copies(body) if wire == "openai.completions" else 1
         usage = {"input_tokens": total - read - write, "cache_read_tokens": read, "cache_write_tokens": write,
-                 "output_tokens": max(1, visible(text) + reply.reasoning_tokens),
+                 "output_tokens": max(1, visible(text) + reply.reasoning_tokens) * copies,
                  "reasoning_tokens": reply.reasoning_tokens}
         usage.update(reply.usage or {})
         return Turn(n, reply.model or model, text, reply.refusal, calls, stop, usage, reply.usage_reported)

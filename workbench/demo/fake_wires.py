@@ -1,6 +1,7 @@
 """How the fake provider writes one turn on each wire: OpenAI chat completions, OpenAI Responses,
-Anthropic Messages and Gemini's generateContent, JSON or a stream of server-sent events, byte for byte the shapes the real
-APIs send (see `fake_provider` for what a turn holds and how its tokens are counted)."""
+Anthropic Messages, Gemini's generateContent and the two legacy text completions (OpenAI's
+`/v1/completions`, Anthropic's `/v1/complete`), JSON or a stream of server-sent events, byte for byte
+the shapes the real APIs send (see `fake_provider` for what a turn holds and how its tokens are counted)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ _STOP_SPELLING = {  # canonical -> per-wire spelling (Responses: the incomplete 
     "anthropic.messages": {"end": "end_turn", "tool": "tool_use", "length": "max_tokens"},
     "openai.responses": {"end": None, "tool": None, "length": "max_output_tokens"},
     "google.gemini": {"end": "STOP", "tool": "STOP", "length": "MAX_TOKENS"},  # a function call ends with STOP
+    "openai.completions": {"end": "stop", "tool": "stop", "length": "length"},
+    "anthropic.complete": {"end": "stop_sequence", "tool": "stop_sequence", "length": "max_tokens"},
 }
 
 
@@ -278,8 +281,81 @@ def _render_gemini(t: Turn, body: dict, stream: bool) -> Any:
     last = [{"text": pieces[-1]}] if pieces else []
     events.append(chunk(last + calls, finish, final_usage))
     return [f"data: {json.dumps(event, ensure_ascii=False)}\r\n\r\n".encode() for event in events]
+# ---------------------------------------------------------------- legacy text completions
+
+LEGACY_WIRES = ("openai.completions", "anthropic.complete")
+
+
+def legacy_prompts(body: dict) -> list[str] | None:
+    """A legacy request's prompts (OpenAI takes a list, one answer each), or None when `prompt` is
+    not a string or a list of strings (token arrays are not spoken here)."""
+    value = body.get("prompt")
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(item, str) for item in value):
+        return value
+    return None
+
+
+def legacy_copies(body: dict) -> int:
+    """Completions generated, and billed, per prompt: `n`, or `best_of` when larger (the server
+    generates `best_of` and returns the best `n`; all of them are billed)."""
+    counts = [value for value in (body.get("n"), body.get("best_of")) if isinstance(value, int) and value > 0]
+    return max(counts, default=1)
+
+
+def _render_completions(t: Turn, body: dict, stream: bool) -> Any:
+    prompts = legacy_prompts(body) or [""]
+    n = body.get("n") if isinstance(body.get("n"), int) and body["n"] > 0 else 1
+    finish = _stop_for("openai.completions", t.stop)
+    # `echo` returns each prompt before its answer (billed once, as prompt tokens)
+    texts = [(prompt if body.get("echo") else "") + (t.text or "") for prompt in prompts for _ in range(n)]
+    prompt_tokens = t.usage["input_tokens"] + t.usage["cache_read_tokens"] + t.usage["cache_write_tokens"]
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": t.usage["output_tokens"],
+             "total_tokens": prompt_tokens + t.usage["output_tokens"]}
+    head = {"id": f"cmpl-fake{t.n:06d}", "object": "text_completion", "created": CREATED, "model": t.model}
+    if not stream:
+        choices = [{"text": text, "index": i, "logprobs": None, "finish_reason": finish} for i, text in enumerate(texts)]
+        return {**head, "choices": choices, **({"usage": usage} if t.usage_reported else {})}
+    include_usage = usage_sent("openai.completions", body, stream) and t.usage_reported
+    head = {**head, **({"usage": None} if include_usage else {})}
+
+    def chunk(index: int, text: str, finish_reason: str | None = None) -> bytes:
+        return _sse(None, {**head, "choices": [{"text": text, "index": index, "logprobs": None,
+                                                "finish_reason": finish_reason}]})
+
+    events = [chunk(i, piece) for i, text in enumerate(texts) for piece in _pieces(text)]
+    events += [chunk(i, "", finish) for i in range(len(texts))]
+    if include_usage:  # as OpenAI: usage only on request, in a last chunk with no choices
+        events.append(_sse(None, {**head, "choices": [], "usage": usage}))
+    events.append(_sse(None, "[DONE]"))
+    return events
+
+
+def _render_anthropic_complete(t: Turn, body: dict, stream: bool) -> Any:
+    head = {"type": "completion", "id": f"compl_fake{t.n:06d}"}
+    stop = _stop_for("anthropic.complete", t.stop)
+    if not stream:  # no usage: the Text Completions API never reports any
+        return {**head, "completion": t.text or "", "stop_reason": stop, "model": t.model}
+    events = [_sse("completion", {**head, "completion": piece, "stop_reason": None, "model": t.model})
+              for piece in _pieces(t.text or "")]
+    events.insert(min(1, len(events)), _sse("ping", {"type": "ping"}))
+    events.append(_sse("completion", {**head, "completion": "", "stop_reason": stop, "model": t.model}))
+    return events
+
+
+def usage_sent(wire: str, body: dict, stream: bool) -> bool:
+    """Does the answer on this wire carry usage? Anthropic's Text Completions never do; an OpenAI chat
+    or completions stream only when `stream_options.include_usage` asks."""
+    if wire == "anthropic.complete":
+        return False
+    if stream and wire in ("openai.chat", "openai.completions"):
+        return bool((body.get("stream_options") or {}).get("include_usage"))
+    return True
 
 
 RENDERERS = {"openai.chat": ("x-request-id", _render_chat), "openai.responses": ("x-request-id", _render_responses),
               "anthropic.messages": ("request-id", _render_anthropic),
-              "google.gemini": ("x-request-id", _render_gemini)}
+              "google.gemini": ("x-request-id", _render_gemini),
+              "openai.completions": ("x-request-id", _render_completions),
+              "anthropic.complete": ("request-id", _render_anthropic_complete)}

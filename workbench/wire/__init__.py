@@ -11,7 +11,10 @@ import json
 from urllib.parse import urlsplit
 
 from workbench.models import ModelRegistry, price_with
-from workbench.wire import anthropic_messages, gemini, openai_chat, openai_embeddings, openai_responses
+from workbench.wire import (
+    anthropic_complete, anthropic_messages, gemini, openai_chat, openai_completions, openai_embeddings,
+    openai_responses,
+)
 from workbench.wire.call import Call, Exchange, ToolCall, Wire
 from workbench.wire.canonical import request_hash
 from workbench.wire.decode import decode_body
@@ -28,6 +31,8 @@ _PARSERS = {
     "anthropic.messages": anthropic_messages,
     "openai.embeddings": openai_embeddings,
     "google.gemini": gemini,
+    "openai.completions": openai_completions,
+    "anthropic.complete": anthropic_complete,
 }
 # host suffix -> provider; anything else is named by its host
 _HOSTS = {
@@ -57,6 +62,10 @@ def wire_of(method: str, url: str) -> Wire:
         return "openai.embeddings"
     if gemini.is_gemini_path(path):
         return "google.gemini"
+    if path.endswith("/completions"):  # after /chat/completions: the legacy text completions
+        return "openai.completions"
+    if path.endswith("/complete"):
+        return "anthropic.complete"
     return "unknown"
 
 
@@ -66,7 +75,8 @@ def provider_of(url: str, wire: Wire) -> str:
         if host == suffix or host.endswith("." + suffix):
             return name
     if host in {"127.0.0.1", "localhost", "::1"} or not host:
-        return {"anthropic.messages": "anthropic", "google.gemini": "google", "unknown": "unknown"}.get(wire, "openai")
+        return {"anthropic.messages": "anthropic", "anthropic.complete": "anthropic", "google.gemini": "google",
+                "unknown": "unknown"}.get(wire, "openai")
     return host
 
 

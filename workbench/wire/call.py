@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from workbench.models import Usage
 
-Wire = Literal["openai.chat", "openai.responses", "anthropic.messages", "openai.embeddings", "google.gemini", "unknown"]
+Wire = Literal["openai.chat", "openai.responses", "anthropic.messages", "openai.embeddings", "openai.completions",
+               "anthropic.complete", "google.gemini", "unknown"]
 
 
 @dataclass(slots=True)
