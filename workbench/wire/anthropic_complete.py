@@ -19,16 +19,11 @@ complete at the event with a stop reason (or `[DONE]`): there is no usage to wai
 
 from __future__ import annotations
 
+from workbench.wire.anthropic_messages import _error  # the same error shape as Messages
 from workbench.wire.call import Call
 from workbench.wire.sse import Event
 
 __all__ = ["fill_json", "fill_stream", "is_complete"]
-
-
-def _error(call: Call, body: dict) -> None:
-    error = body.get("error") if isinstance(body.get("error"), dict) else {}
-    call.error_type = error.get("type") or "error"
-    call.error_message = error.get("message")
 
 
 def fill_json(call: Call, body: dict) -> None:
