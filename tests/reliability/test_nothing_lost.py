@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,35 @@ def test_a_script_that_exits_right_after_its_calls_keeps_every_one(tmp_path, fak
     assert count(db, "SELECT count(*) FROM calls") == CALLS
     if how != "kill-9":  # spans are written with their call; a kill may take the last ones
         assert count(db, "SELECT count(*) FROM spans WHERE name LIKE 'chat%'") == CALLS
+
+
+def ingesters_of(db) -> list[str]:
+    """The command lines of the processes still ingesting into `db` (Linux's /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # it ended while we looked
+            continue
+        if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
+            found.append(" ".join(arg.decode(errors="replace") for arg in args))
+    return found
+
+
+def test_a_program_that_flushed_leaves_no_ingester_behind_when_it_exits(tmp_path, fake_url):
+    """After `workbench.flush()` everything is in the store: the exit starts no ingester that
+    would hold the store while the next program (a test, a report) opens it."""
+    db = tmp_path / ".workbench" / "wb.duckdb"
+    result = run_python(
+        "import sys, workbench\n"
+        "client = workbench.http_client()\n"
+        "for index in range(3):\n"
+        "    client.post(sys.argv[1] + '/v1/chat/completions', json={'model': 'm', 'messages': [{'role': 'user', 'content': f'call {index}'}]})\n"
+        "workbench.flush()\n",
+        fake_url, cwd=tmp_path, env={"WORKBENCH_DB": str(db), "WORKBENCH_FLUSH_INTERVAL_S": "0.01"})
+    assert result.returncode == 0, result.stderr
+    assert ingesters_of(db) == []
+    assert count(db, "SELECT count(*) FROM calls") == 3
 
 
 ABANDONING_APP = r"""

@@ -246,12 +246,8 @@ def flush() -> None:
     """Write every pending record to the spool and ingest the spools into the store, now. Never
     raises: a store that cannot be written (locked past the retry window, a full disk) is logged,
     and the spool keeps the records for the next ingestion."""
-    from workbench.store.ingest import ingest_spools
-
     try:
-        active = recorder()
-        active.spool.flush(ingest=False)
-        ingest_spools(active.settings.db, active.settings.resolved_spool_dir, wait=True)
+        recorder().spool.flush(ingest=True, wait=True)
     except Exception as exc:  # noqa: BLE001 - recording never breaks the application
         log.warning("workbench.flush() could not ingest (the spool keeps the records): %s", exc)
 

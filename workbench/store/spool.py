@@ -154,8 +154,10 @@ class Spool:
             self._file = self.spool_dir / name
         return self._file
 
-    def flush(self, ingest: bool = True) -> None:
-        """Write pending records to this process's spool file, then (optionally) ingest spools."""
+    def flush(self, ingest: bool = True, wait: bool = False) -> None:
+        """Write pending records to this process's spool file, then (optionally) ingest spools:
+        without `wait` only when this process wrote some and the store is free; with it, every
+        spool, waiting for a store another process holds (`workbench.flush()`)."""
         with self._write_lock:
             self._run_deferred()
             with self._lock:
@@ -178,13 +180,16 @@ class Spool:
                     with self._lock:  # keep them for the next try, oldest first
                         self._pending[:0] = batch[: MAX_PENDING - len(self._pending)]
                     return
-        if ingest and self._to_ingest:
-            from workbench.store.ingest import try_ingest
+        if ingest and (self._to_ingest or wait):
+            from workbench.store.ingest import ingest_spools, try_ingest
 
+            # counted as done before it runs: a record written meanwhile is counted again
             waiting, self._to_ingest = self._to_ingest, 0
             self._ingested_at = time.monotonic()
             try:
-                if try_ingest(self.db_path, self.spool_dir) is None:
+                if wait:
+                    ingest_spools(self.db_path, self.spool_dir, wait=True)
+                elif try_ingest(self.db_path, self.spool_dir) is None:
                     self._to_ingest = waiting  # another process holds the store: try again later
             except Exception as exc:  # noqa: BLE001 - fail-open: the spool keeps the records
                 self._to_ingest = waiting
