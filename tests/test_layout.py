@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # kernel + wire → store → insight → capture → replay → runtime → evaluate → cli, dashboards, demo
 LAYERS = {
     "workbench.errors": 0, "workbench.money": 0, "workbench.models": 0, "workbench.prices": 0, "workbench.config": 0,
-    "workbench.ids": 0, "workbench.locks": 0,
+    "workbench.ids": 0, "workbench.locks": 0, "workbench.http_server": 0,
     "workbench.wire": 0, "workbench.store": 1, "workbench.insight": 2, "workbench.capture": 3, "workbench.replay": 4,
     "workbench.runtime": 5, "workbench.evaluate": 6, "workbench.cli": 7, "workbench.__main__": 7, "workbench.demo": 7,
     "dashboards": 7,

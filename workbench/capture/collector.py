@@ -17,7 +17,7 @@ import ipaddress
 import logging
 import os
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import orjson
 
@@ -25,6 +25,7 @@ from workbench.capture.genai_spans import SpanIngest
 from workbench.capture.otlp_decode import PayloadError, decompressed, spans_of_json, spans_of_protobuf
 from workbench.capture.recorder import Recorder
 from workbench.errors import WorkbenchError
+from workbench.http_server import QuietHTTPServer
 from workbench.wire.redact import mask_secrets
 
 log = logging.getLogger("workbench.capture")
@@ -214,8 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(QuietHTTPServer):
     collector: Collector
 
     def __init__(self, address: tuple[str, int], collector: Collector) -> None:
