@@ -12,8 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import pytest
+
+from workbench.store.db import open_store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,9 +35,9 @@ def workbench_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float
 
 
 def store_text(db: Path) -> str:
-    """Every text of every table of a store (each column cast to text), one line per row and column."""
-    con = duckdb.connect(str(db), read_only=True)
-    try:
+    """Every text of every table of a store (each column cast to text), one line per row and column.
+    Opened as Workbench's readers open it: waiting out an ingester that still holds it."""
+    with open_store(db, read_only=True, wait_s=60) as con:
         lines = []
         for (table,) in con.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall():
             columns = [name for (name,) in con.execute(
@@ -47,16 +48,11 @@ def store_text(db: Path) -> str:
                     if value is not None:
                         lines.append(f"{table}.{column}: {value}")
         return "\n".join(lines)
-    finally:
-        con.close()
 
 
 def count(db: Path, sql: str) -> int:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
+    with open_store(db, read_only=True, wait_s=60) as con:
         return con.execute(sql).fetchall()[0][0]
-    finally:
-        con.close()
 
 
 def _can_unshare() -> list[str] | None:
