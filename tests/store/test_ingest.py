@@ -105,10 +105,10 @@ def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
     assert fast["run_tag"].to_dicts()[0]["value"] == tricky
 
 
-def test_the_arrow_parse_gives_the_frames_of_polars_reader(tmp_path):
-    """A batch's columns are built by Arrow from orjson's parse; polars' NDJSON reader (what a batch
+def test_the_orjson_parse_gives_the_frames_of_polars_reader(tmp_path):
+    """A batch's columns are built by polars from orjson's parse; polars' NDJSON reader (what a batch
     of odd values falls back to) must give the same frames, types and all."""
-    from workbench.store.ingest import _frames_arrow, _frames_polars, _schemas
+    from workbench.store.ingest import _frames_orjson, _frames_polars, _schemas
 
     tricky = 'naïve "quotes", a \\ backslash, {"kind":"run","row":{}} and 😀'
     data = b"".join([
@@ -123,22 +123,22 @@ def test_the_arrow_parse_gives_the_frames_of_polars_reader(tmp_path):
     ])
     with open_store(tmp_path / "wb.duckdb") as con:
         schemas = _schemas(con)
-    arrow, native = _frames_arrow(data, schemas), _frames_polars(data, schemas)
-    assert arrow is not None and set(arrow) == set(native) == {"call", "call_body", "call_prefix", "run", "span"}
+    parsed, native = _frames_orjson(data, schemas), _frames_polars(data, schemas)
+    assert parsed is not None and set(parsed) == set(native) == {"call", "call_body", "call_prefix", "run", "span"}
     for kind in native:
-        assert arrow[kind].schema == native[kind].schema, kind
-        assert arrow[kind].to_dicts() == native[kind].to_dicts(), kind
+        assert parsed[kind].schema == native[kind].schema, kind
+        assert parsed[kind].to_dicts() == native[kind].to_dicts(), kind
 
 
 def test_a_value_not_of_its_columns_type_goes_in_as_polars_reader_takes_it(tmp_path):
-    """A number in a text column is not Arrow's to judge: the batch is read as before (polars turns
+    """A number in a text column is not the orjson parse's to judge: the batch is read as before (polars turns
     it into its text), and a float in an integer column is quarantined, never truncated."""
-    from workbench.store.ingest import _frames_arrow, _schemas
+    from workbench.store.ingest import _frames_orjson, _schemas
 
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     spool.mkdir()
     with open_store(db) as con:
-        assert _frames_arrow(_call("c1", model_served=7), _schemas(con)) is None
+        assert _frames_orjson(_call("c1", model_served=7), _schemas(con)) is None
     (spool / DEAD).write_bytes(_call("c1", model_served=7))
     ingest_spools(db, spool)
     (spool / DEAD).write_bytes(_call("c2", input_tokens=1.5) + _call("c3"))
