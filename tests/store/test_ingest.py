@@ -105,6 +105,49 @@ def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
     assert fast["run_tag"].to_dicts()[0]["value"] == tricky
 
 
+def test_the_orjson_parse_gives_the_frames_of_polars_reader(tmp_path):
+    """A batch's columns are built by polars from orjson's parse; polars' NDJSON reader (what a batch
+    of odd values falls back to) must give the same frames, types and all."""
+    from workbench.store.ingest import _frames_orjson, _frames_polars, _schemas
+
+    tricky = 'naïve "quotes", a \\ backslash, {"kind":"run","row":{}} and 😀'
+    data = b"".join([
+        _call("c1", tool_names=["a", tricky], cost_micros=2**62, model_served=None),
+        _call("c2", tool_names=[], input_tokens=None),
+        _line("call_body", {"call_id": "c1", "request_json": tricky, "tool_calls": None}),
+        _line("call_prefix", {"call_id": "c1", "blocks": [-(2**63), 2**63 - 1], "sizes": [3, 4], "marks": [],
+                              "explicit": False, "ttl_s": 300}),
+        _line("run", {"run_id": "r1", "name": tricky, "status": "ok", "billed_cost_micros": 12}),
+        b"\n",  # a blank line is no record
+        _line("span", {"span_id": "s1", "trace_id": "t1", "name": "chat", "attributes": '{"a": 1}'}),
+    ])
+    with open_store(tmp_path / "wb.duckdb") as con:
+        schemas = _schemas(con)
+    parsed, native = _frames_orjson(data, schemas), _frames_polars(data, schemas)
+    assert parsed is not None and set(parsed) == set(native) == {"call", "call_body", "call_prefix", "run", "span"}
+    for kind in native:
+        assert parsed[kind].schema == native[kind].schema, kind
+        assert parsed[kind].to_dicts() == native[kind].to_dicts(), kind
+
+
+def test_a_value_not_of_its_columns_type_goes_in_as_polars_reader_takes_it(tmp_path):
+    """A number in a text column is not the orjson parse's to judge: the batch is read as before (polars turns
+    it into its text), and a float in an integer column is quarantined, never truncated."""
+    from workbench.store.ingest import _frames_orjson, _schemas
+
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    spool.mkdir()
+    with open_store(db) as con:
+        assert _frames_orjson(_call("c1", model_served=7), _schemas(con)) is None
+    (spool / DEAD).write_bytes(_call("c1", model_served=7))
+    ingest_spools(db, spool)
+    (spool / DEAD).write_bytes(_call("c2", input_tokens=1.5) + _call("c3"))
+    ingest_spools(db, spool)
+    assert _rows(db, "SELECT call_id, model_served, input_tokens FROM calls ORDER BY 1") == [
+        ("c1", "7", 3), ("c3", None, 3)]
+    assert _rows(db, "SELECT reason FROM quarantine") == [("calls.input_tokens: 1.5 is not an integer",)]
+
+
 def test_a_batch_cut_by_its_budget_ends_between_calls(tmp_path):
     """A call's records (its prefix line, the call, its body) are read in one batch, so insight
     judges the call with its prefix: a budget that ends mid-call ends the batch before that call."""

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
+import orjson
 import polars as pl
 
 from workbench.config import is_lake, spool_dir_of
@@ -41,6 +42,8 @@ _POLARS_TYPES = {
     "VARCHAR[]": pl.List(pl.Utf8), "TIMESTAMP WITH TIME ZONE": pl.Utf8, "DOUBLE": pl.Float64,
     "BIGINT[]": pl.List(pl.Int64), "INTEGER[]": pl.List(pl.Int32),
 }
+# what polars infers from parsed JSON that converts exactly into a column of another type
+_WIDENS = {pl.Int32: (pl.Int64,), pl.Float64: (pl.Int64,), pl.List(pl.Int32): (pl.List(pl.Int64),)}
 log = logging.getLogger("workbench.store")
 # Derived data (cache verdicts, inferred compactions) is computed from each batch before it is
 # written, by the insight layer, which comes after the store in the import order: the store names
@@ -116,9 +119,56 @@ def _schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, pl.DataType]
 
 
 def _frames_fast(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame]:
-    """Every kind's rows as a frame, parsed by polars (native code, not a Python loop per line).
-    Raises on anything unusual (a torn line, a value of another type); the caller then falls back
-    to the line-by-line parse."""
+    """Every kind's rows as a frame, parsed in native code (not a Python loop per value). Raises on
+    anything unusual (a torn line, a value of another type); the caller then falls back to the
+    line-by-line parse."""
+    try:
+        frames = _frames_orjson(data, schemas)
+    except (ValueError, TypeError, KeyError, AttributeError, pl.exceptions.PolarsError):
+        frames = None  # polars' reader decides, as it always has
+    return _frames_polars(data, schemas) if frames is None else frames
+
+
+def _frames_orjson(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame] | None:
+    """Each line parsed by orjson, each column built by polars from the parsed values: about half the
+    CPU of polars' NDJSON reader on a batch of calls (which parses every line into a struct of every
+    table's columns). None when a column's values are not plainly of its type (an int in a text
+    column): polars' reader then takes the batch, so such a batch goes in as it always did."""
+    rows: dict[str, list] = defaultdict(list)
+    for line in data.splitlines():
+        if line.strip():
+            record = orjson.loads(line)
+            rows[record["kind"]].append(record["row"])
+    frames = {}
+    for kind, kind_rows in rows.items():
+        if kind not in TABLES:
+            return None
+        frame = _typed_frame(kind_rows, schemas[TABLES[kind][0]])
+        if frame is None:
+            return None
+        frames[kind] = frame
+    return frames
+
+
+def _typed_frame(rows: list[dict], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
+    """The rows as a frame of the table's columns when polars infers each column as its type, as one
+    that converts to it exactly (a strict cast: an int32 out of range raises), or as null; None
+    otherwise."""
+    columns = []
+    for name, kind in schema.items():
+        values = pl.Series(name, [row.get(name) for row in rows], strict=True)
+        if values.dtype != kind:
+            if not (values.dtype in _WIDENS.get(kind, ()) or values.dtype == pl.Null or values.dtype == pl.List(pl.Null)
+                    and isinstance(kind, pl.List)):
+                return None
+            values = values.cast(kind, strict=True)
+        columns.append(values)
+    return pl.DataFrame(columns)
+
+
+def _frames_polars(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame]:
+    """The batch parsed by polars' NDJSON reader (it turns a number or an object in a text column
+    into its text, as ingestion always has)."""
     fields: dict[str, pl.DataType] = {}
     for schema in schemas.values():
         fields.update(schema)
@@ -126,7 +176,7 @@ def _frames_fast(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dic
     frames = {}
     for (kind,), rows in frame.partition_by("kind", as_dict=True, maintain_order=True).items():
         if kind not in TABLES:
-            raise ValueError(f"unknown record kind {kind!r}")  # the checked path quarantines it
+            raise ValueError(f"unknown record kind {kind!r}")
         frames[kind] = rows.get_column("row").struct.unnest().select(list(schemas[TABLES[kind][0]]))
     return frames
 

@@ -1,0 +1,122 @@
+"""Insight's verdicts and compactions do not depend on how ingestion cut the traffic into batches:
+the same spool ingested call by call, a few calls a batch, or all at once, gives the same rows.
+
+One known exception, pinned here so a change to it is seen: a batch judges its calls against the
+calls stored within the longest cache life before it, so an entry whose last use is older than that
+is found by the lookup of older entries, which names the call that last used it; a batch whose
+window holds the whole entry (one batch of everything) names the call that first wrote it.
+
+The traffic is what the recorder spools for real-shaped exchanges (parsed by the wire layer, the
+prefix record captured from the request bytes): conversations over a shared system prompt long
+enough to be cached, some turns reading the previous turn's prefix, a conversation that compacts
+its history into a summary another call wrote, and a gap longer than the cache's life."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from workbench.capture.recorder import _CALL_BODY_FIELDS
+from workbench.insight import prefix
+from workbench.store.ingest import ingest_spools
+from workbench.store.spool import Spool
+from workbench.wire import Exchange, parse_exchange
+
+SYSTEM = ("You are the support agent of an online shop; answer in two sentences. " * 90)[:6000]
+ANSWER = " ".join(["lorem ipsum dolor sit amet"] * 12)
+SUMMARY = "Summary of the conversation so far: the customer asked where the order is, twice, politely."
+START = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def _call(messages: list[dict], at: datetime, cached: int, run_id: str | None, output: str = ANSWER) -> list:
+    request = json.dumps({"model": "gpt-4o-mini", "messages": messages}).encode()
+    prompt = len(request) // 4
+    response = json.dumps({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": output}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": 60, "total_tokens": prompt + 60,
+                  "prompt_tokens_details": {"cached_tokens": min(cached, prompt)}}}).encode()
+    call = parse_exchange(Exchange(url="https://api.openai.com/v1/chat/completions", request_body=request, status=200,
+                                   response_headers={"content-type": "application/json"}, response_body=response))
+    call.call_id, call.run_id = uuid.uuid4().hex, run_id
+    call.started_at = call.first_byte_at = call.ended_at = at
+    call.cost_micros, call.price_source, call.currency = 12345, None, "USD"
+    row = call.flat()
+    body = {name: row.pop(name) for name in _CALL_BODY_FIELDS} | {"call_id": call.call_id}
+    found = prefix.captured(call.call_id, call.wire, call.model_requested, request, None, at.isoformat(), None)
+    return [("call_prefix", found), ("call", row), ("call_body", body)]
+
+
+def _traffic() -> list[list]:
+    """Calls in clock order, each its records."""
+    calls, at = [], START
+    for conversation in range(6):
+        run = f"run-{conversation}"
+        history = [{"role": "system", "content": SYSTEM}]
+        for turn in range(4):
+            history.append({"role": "user", "content": f"Question {turn} of conversation {conversation}: where is it?"})
+            cached = len(json.dumps(history[:-1])) // 4 if turn else 1500  # the system prompt, or the last turn
+            fresh = turn == 0 and conversation in (0, 4)  # the first call, and the first after the gap
+            calls.append(_call(list(history), at, 0 if fresh else cached, run))
+            history.append({"role": "assistant", "content": ANSWER + f" ({conversation}.{turn})"})
+            at += timedelta(seconds=20)
+        if conversation == 2:  # a summary call, then the conversation goes on compacted
+            calls.append(_call(list(history), at, 1500, run, output=SUMMARY))
+            at += timedelta(seconds=5)
+            history = [history[0], {"role": "user", "content": SUMMARY}, *history[-2:],
+                       {"role": "user", "content": "And now?"}]
+            calls.append(_call(list(history), at, 1500, run))
+            at += timedelta(seconds=20)
+        if conversation == 3:
+            at += timedelta(minutes=7)  # longer than the cache's life: what was written expires
+    return calls
+
+
+EXPIRED = 18  # the first call after the gap: conversations 0-3, four turns each, and conversation 2's two more
+
+
+def _derived(db: Path) -> dict[str, list[tuple]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {name: con.execute(sql).fetchall() for name, sql in {
+            "verdicts": "SELECT call_id, cache_verdict, cache_region, cache_miss_micros, cache_entry_call_id, "
+                        "cache_write_micros, cache_expires_at FROM calls ORDER BY call_id",
+            "prefixes": "SELECT call_id, lineage, keys, diff FROM call_prefixes ORDER BY call_id",
+            "reads": "SELECT call_id, first_read_at, read_by FROM cache_reads ORDER BY call_id",
+            "compactions": "SELECT * EXCLUDE (compaction_id) FROM compactions ORDER BY after_call_id",
+        }.items()}
+
+
+def _ingest(folder: Path, calls: list[list], batch: int) -> dict[str, list[tuple]]:
+    db, spool_dir = folder / "wb.duckdb", folder / "spool"
+    spool = Spool(db, spool_dir, flush_interval_s=3600)
+    for start in range(0, len(calls), batch):
+        for records in calls[start:start + batch]:
+            for kind, row in records:
+                spool.append(kind, row)
+        spool.flush(ingest=False)
+        ingest_spools(db, spool_dir)
+    return _derived(db)
+
+
+@pytest.mark.parametrize("batch", [1, 3, 7])
+def test_small_batches_give_the_verdicts_and_compactions_of_one_batch(tmp_path, batch):
+    calls = _traffic()
+    whole = _ingest(tmp_path / "whole", calls, len(calls))
+    assert {verdict for _, verdict, *_ in whole["verdicts"]} >= {"hit", "expired"}
+    assert any(row[4] for row in whole["verdicts"])  # a hit names the call whose entry it read
+    assert len(whole["compactions"]) == 1 and whole["reads"]
+    small = _ingest(tmp_path / "small", calls, batch)
+    first_write, last_use = (records[1][1]["call_id"] for records in (calls[0], calls[EXPIRED - 1]))
+    for one, other in zip(whole["verdicts"], small["verdicts"], strict=True):
+        if one[1] == "expired":  # the exception above
+            assert (one[0], one[4]) == (calls[EXPIRED][1][1]["call_id"], first_write)
+            assert other[4] in (first_write, last_use)  # the last use when its batch loaded no call of the entry
+            one, other = one[:4] + one[5:], other[:4] + other[5:]
+        assert one == other
+    assert {name: rows for name, rows in small.items() if name != "verdicts"} == {
+        name: rows for name, rows in whole.items() if name != "verdicts"}
