@@ -9,18 +9,17 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timezone
 from pathlib import Path
 
 import duckdb
 import polars as pl
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 import dashboard_store as fx
-from test_ledger_properties import stores
+from test_ledger_properties import blank_store, stores  # noqa: F401 - a fixture, used by name
 from workbench.store import queries as q
 from workbench.store import rollup
 from workbench.store.copy import copy_store
@@ -96,14 +95,6 @@ def _spool(folder: Path, name: str, rows: list[dict]) -> None:
     with open(folder / f"otherhost-1-{name}.jsonl", "a", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps({"kind": "call", "row": row}) + "\n")
-
-
-@pytest.fixture(scope="module")
-def blank_store(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("blank") / "blank.duckdb"
-    with open_store(path):
-        pass
-    return path
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
