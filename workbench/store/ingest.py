@@ -27,7 +27,7 @@ import polars as pl
 from workbench.config import is_lake, spool_dir_of
 from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
-from workbench.store import lake
+from workbench.store import lake, rollup
 from workbench.store.db import is_lock_error, open_store
 from workbench.store.records import TABLES
 
@@ -256,8 +256,9 @@ def _frame(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> pl.D
 
 
 def write_rows(con: duckdb.DuckDBPyConnection, kind: str, rows: list[dict]) -> int:
-    """Insert `rows` of one record kind in one statement; existing keys are kept or replaced."""
-    return write_frame(con, kind, _frame(con, TABLES[kind][0], rows), on_lake=lake.is_lake_connection(con))
+    """Insert `rows` of one record kind in one transaction (calls with the rollup: `rollup.add_calls`);
+    existing keys are kept or replaced."""
+    return commit_frames(con, {kind: _frame(con, TABLES[kind][0], rows)}, {}, [], known_new=False)
 
 
 def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, known_new: bool = False,
@@ -272,6 +273,8 @@ def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, 
         frame = frame.unique(subset=list(key), keep="last" if replace else "first", maintain_order=True)
     con.register("_batch", frame.to_arrow())
     # on an error the transaction is aborted (no unregister possible then); the next register replaces the view
+    if kind == "call":  # the daily rollup takes the new calls in this same transaction
+        rollup.add_calls(con, "_batch", only_new=on_lake or not known_new)
     if on_lake:
         same = " AND ".join(f"{table}.{name} = b.{name}" for name in key)
         if replace:

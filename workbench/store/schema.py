@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import duckdb
 
 from workbench.errors import WorkbenchError
-from workbench.store import lake
+from workbench.store import lake, rollup
 
 _CALL_COLUMNS = """
     call_id VARCHAR PRIMARY KEY,
@@ -267,6 +267,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX IF NOT EXISTS spans_run ON spans (run_id);
         CREATE INDEX IF NOT EXISTS spans_trace ON spans (trace_id);
         """,
+    ),
+    (
+        "0011_rollup_daily_calls",
+        # the calls summed per UTC day and filter value, kept with every write of calls
+        # (workbench/store/rollup.py); filled here from the calls already stored
+        f"{rollup.TABLE_SQL}\nINSERT INTO call_rollup {rollup.aggregate('calls')};",
     ),
 ]
 

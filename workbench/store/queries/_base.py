@@ -14,6 +14,8 @@ from typing import Any, Literal, TypeVar
 import duckdb
 import polars as pl
 
+from workbench.store import rollup
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -65,10 +67,22 @@ class _Sql:
             out.append(f"{column} < $date_to")
         return out
 
-    def _call_level(self) -> list[str]:
+    def _days(self) -> list[str]:
+        """The date filters on the rollup's day numbers (whole UTC days: see `rolled_up`)."""
+        out = []
+        if self.filters.date_from is not None:
+            self.params["day_from"] = _day_number(self.filters.date_from)
+            out.append("c.day_n >= $day_from")
+        if self.filters.date_to is not None:
+            to = self.filters.date_to  # its date, as the raw filter takes it
+            self.params["day_to"] = _day_number(date(to.year, to.month, to.day))
+            out.append("c.day_n <= $day_to")
+        return out
+
+    def _call_level(self, model: str = _MODEL) -> list[str]:
         f, out = self.filters, []
         for name, values, column in (
-            ("providers", f.providers, "c.provider"), ("models", f.models, _MODEL),
+            ("providers", f.providers, "c.provider"), ("models", f.models, model),
             ("prompt_ids", f.prompt_ids, "c.prompt_id"), ("prompt_versions", f.prompt_versions, "c.prompt_version"),
         ):
             if values:
@@ -180,6 +194,34 @@ def _q(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, A
     return _frame(con, head + body, {**built.params, **(extra or {})})
 
 
+def _whole_day(moment: date | datetime) -> bool:
+    """Whether `moment` is a day or a UTC midnight (where a rollup day starts)."""
+    if not isinstance(moment, datetime):
+        return True
+    return moment.tzinfo is not None and moment.astimezone(timezone.utc).timetz().replace(tzinfo=None) == time()
+
+
+def _day_number(moment: date | datetime) -> int:
+    day = moment.astimezone(timezone.utc).date() if isinstance(moment, datetime) else moment
+    return (day - date(1970, 1, 1)).days
+
+
+def rolled_up(con: duckdb.DuckDBPyConnection, f: Filters) -> bool:
+    """Whether the calls `f` selects can be summed from the daily rollup (`workbench.store.rollup`):
+    no run name or tag, dates that are whole UTC days, and a rollup that counts every stored call."""
+    if f.run_level or (f.date_from is not None and not _whole_day(f.date_from)):
+        return False
+    return scoped(con, f, "rollup_whole", lambda: rollup.whole(con))
+
+
+def _rq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
+    """`body` over `fc`: the rollup's rows of the calls `f` selects (each a sum of calls; see `rolled_up`)."""
+    built = _Sql(f)
+    preds = built._days() + built._call_level(model="c.model")
+    head = f"WITH fc AS (SELECT * FROM call_rollup c WHERE {' AND '.join(preds) or 'true'})\n"
+    return _frame(con, head + body, {**built.params, **(extra or {})})
+
+
 _DAY = "(DATE '1970-01-01' + (epoch_us(c.started_at) // 86400000000)::INTEGER)"  # the UTC day
 _COST = "sum(c.cost_micros)::BIGINT"
 _LIVE = "NOT coalesce(c.replayed, false)"  # a call that was sent, and paid for
@@ -200,16 +242,18 @@ def quarantined_records(con: duckdb.DuckDBPyConnection, limit: int = 1000) -> pl
                   "ORDER BY quarantined_at DESC, quarantine_id LIMIT $limit", {"limit": limit})
 
 
-def filter_options(con: duckdb.DuckDBPyConnection, limit: int = 500) -> dict[str, list]:
-    """The values each filter can take, and the dates the store spans."""
+def filter_options(con: duckdb.DuckDBPyConnection, limit: int = 500, raw: bool = False) -> dict[str, list]:
+    """The values each filter can take, and the dates the store spans (from the rollup unless `raw`)."""
+    rolled = not raw and rolled_up(con, Filters())
+    model, day = ("c.model", "(DATE '1970-01-01' + c.day_n)") if rolled else (_MODEL, _DAY)
     calls = _frame(con, f"""
         SELECT list(DISTINCT c.provider ORDER BY c.provider) FILTER (WHERE c.provider IS NOT NULL) AS providers,
-               list(DISTINCT {_MODEL} ORDER BY {_MODEL}) FILTER (WHERE {_MODEL} IS NOT NULL) AS models,
+               list(DISTINCT {model} ORDER BY {model}) FILTER (WHERE {model} IS NOT NULL) AS models,
                list(DISTINCT c.prompt_id ORDER BY c.prompt_id) FILTER (WHERE c.prompt_id IS NOT NULL) AS prompt_ids,
                list(DISTINCT c.prompt_version ORDER BY c.prompt_version)
                    FILTER (WHERE c.prompt_version IS NOT NULL) AS prompt_versions,
-               min({_DAY}) AS first_day, max({_DAY}) AS last_day
-        FROM calls c""").row(0, named=True)
+               min({day}) AS first_day, max({day}) AS last_day
+        FROM {'call_rollup' if rolled else 'calls'} c""").row(0, named=True)
     names = _frame(con, "SELECT name FROM runs WHERE name IS NOT NULL GROUP BY name ORDER BY count(*) DESC, name "
                    "LIMIT $limit", {"limit": limit})["name"].to_list()
     tags = _frame(con, "SELECT key || '=' || value AS tag FROM run_tags GROUP BY ALL ORDER BY count(*) DESC, tag "

@@ -11,7 +11,7 @@ import polars as pl
 
 from workbench.models import PriceSheet
 from workbench.money import minor_digits
-from workbench.store.queries._base import Filters, _MODEL, _frame, _q
+from workbench.store.queries._base import Filters, _MODEL, _frame, _q, _rq, rolled_up
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,8 @@ def _savings(sheet: PriceSheet, tier_index: int, row: dict) -> tuple[Fraction, F
     return read, write
 
 
-def cache_savings(con: duckdb.DuckDBPyConnection, f: Filters, by: tuple[str, ...] = ()) -> pl.DataFrame:
+def cache_savings(con: duckdb.DuckDBPyConnection, f: Filters, by: tuple[str, ...] = (), raw: bool = False
+                  ) -> pl.DataFrame:
     """Cache use and the money it saved, grouped by any of `prompt_id`, `prompt_version`, `model`,
     `provider` (none: one row). Over the settled calls the filters select:
     - read_share = cache_read / (input + cache_read + cache_write), token-weighted;
@@ -55,15 +56,27 @@ def cache_savings(con: duckdb.DuckDBPyConnection, f: Filters, by: tuple[str, ...
       1-hour writes each at their price), net_savings_micros = the difference; each exact, at the tier
       each call was priced at, truncated toward zero to the micro-minor unit once per group.
     Live calls with no price are counted in `unpriced_calls` and left out of the money; replayed calls
-    are counted in `replayed_calls` (they saved nothing: they were never paid for)."""
-    allowed = {"prompt_id": "c.prompt_id", "prompt_version": "c.prompt_version", "model": _MODEL,
-               "provider": "c.provider"}
-    keys = "".join(f"{allowed[name]} AS {name}, " for name in by)
+    are counted in `replayed_calls` (they saved nothing: they were never paid for).
+    From the daily rollup when it can answer `f` (`rolled_up`) and no price sheet has long-context
+    tiers (a call's tier depends on its own size), unless `raw`: the same figures."""
     sheets = model_prices(con)
     # savings are linear in tokens: sum tokens per group, price row and tier first (integer adds per
     # call), then price those few sums in Python, exactly
     tiered = {source: [tier.above_input_tokens for tier in sheet.long_context]
               for source, sheet in sheets.items() if sheet.long_context}
+    rolled = not raw and not tiered and rolled_up(con, f)
+    allowed = {"prompt_id": "c.prompt_id", "prompt_version": "c.prompt_version",
+               "model": "c.model" if rolled else _MODEL, "provider": "c.provider"}
+    keys = "".join(f"{allowed[name]} AS {name}, " for name in by)
+    if rolled:
+        per_price = _rq(con, f, f"""
+            SELECT {keys}c.price_source, 0 AS tier, c.replayed, sum(c.settled)::BIGINT AS calls,
+                   sum(c.hit_calls)::BIGINT AS hit_calls, sum(c.settled_input_tokens)::BIGINT AS input_tokens,
+                   sum(c.settled_cache_read_tokens)::BIGINT AS cache_read_tokens,
+                   sum(c.settled_cache_write_tokens)::BIGINT AS cache_write_tokens,
+                   sum(c.settled_cache_write_1h_tokens)::BIGINT AS cache_write_1h_tokens
+            FROM fc c WHERE c.settled > 0 GROUP BY ALL""")
+        return _savings_frame(per_price, sheets, by)
     if tiered:
         con.register("_wb_tiers", pl.DataFrame({"price_source": list(tiered), "thresholds": list(tiered.values())},
                                                schema={"price_source": pl.Utf8, "thresholds": pl.List(pl.Int64)}
@@ -85,6 +98,11 @@ def cache_savings(con: duckdb.DuckDBPyConnection, f: Filters, by: tuple[str, ...
     finally:
         if tiered:
             con.unregister("_wb_tiers")
+    return _savings_frame(per_price, sheets, by)
+
+
+def _savings_frame(per_price: pl.DataFrame, sheets: dict[str, PriceSheet], by: tuple[str, ...]) -> pl.DataFrame:
+    """Settled calls' sums per group, price row, tier and live or replayed, priced into the groups' savings."""
     groups: dict[tuple, dict] = {}
     for row in per_price.iter_rows(named=True):
         group = groups.setdefault(tuple(row[name] for name in by), {

@@ -8,7 +8,7 @@ from datetime import datetime
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import Filters, _MODEL, _frame, _q
+from workbench.store.queries._base import Filters, _MODEL, _frame, _q, _rq, rolled_up
 
 # -- read while a batch is judged (workbench/insight/ingest.py) -----------------------------------
 
@@ -68,21 +68,34 @@ def run_compactions_all(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> p
 # -- pages and reports ---------------------------------------------------------------------------
 
 
-def miss_reasons(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+def miss_reasons(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
     """Settled calls judged at ingest, by verdict: calls, input tokens, and the money the misses lost
     (paid minus what a hit on the same prefix would have paid; exact, per currency). Calls no verdict
-    was given (recorded before insight, or on a wire with no prompt cache) are `not_judged`."""
+    was given (recorded before insight, or on a wire with no prompt cache) are `not_judged`. From the
+    daily rollup when it can answer `f` (`rolled_up`), unless `raw`: the same figures."""
+    if not raw and rolled_up(con, f):
+        return _rq(con, f, """
+            , by_verdict AS (
+                SELECT c.cache_verdict, c.currency, sum(c.settled)::BIGINT AS calls,
+                       sum(c.prompt_tokens)::BIGINT AS input_tokens,
+                       sum(c.prompt_cache_read_tokens)::BIGINT AS cache_read_tokens,
+                       sum(c.miss_micros)::BIGINT AS lost_micros,
+                       sum(c.settled - c.miss_priced_calls)::BIGINT AS unpriced_calls
+                FROM fc c WHERE c.settled > 0 GROUP BY ALL)""" + _VERDICT_ROWS)
     return _q(con, f, """
         , by_verdict AS (
             SELECT c.cache_verdict, c.currency, count(*) AS calls,
                    sum(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens)::BIGINT AS input_tokens,
                    sum(c.cache_read_tokens)::BIGINT AS cache_read_tokens, sum(c.cache_miss_micros)::BIGINT AS lost_micros,
                    count(*) - count(c.cache_miss_micros) AS unpriced_calls
-            FROM fc c WHERE c.settled GROUP BY ALL)
+            FROM fc c WHERE c.settled GROUP BY ALL)""" + _VERDICT_ROWS)
+
+
+_VERDICT_ROWS = """
         SELECT coalesce(cache_verdict, 'not_judged') AS verdict, currency, calls, input_tokens, cache_read_tokens,
                coalesce(lost_micros, 0)::BIGINT AS lost_micros,
                CASE WHEN cache_verdict = 'hit' OR cache_verdict IS NULL THEN 0 ELSE unpriced_calls END AS unpriced_calls
-        FROM by_verdict ORDER BY lost_micros DESC, calls DESC""")
+        FROM by_verdict ORDER BY lost_micros DESC, calls DESC"""
 
 
 def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:

@@ -7,7 +7,8 @@ from typing import Literal
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import Filters, _LIVE, _MODEL, _q
+from workbench.store import rollup as daily
+from workbench.store.queries._base import Filters, _LIVE, _MODEL, _q, _rq, rolled_up
 
 # -- Overview ------------------------------------------------------------------------------------
 
@@ -26,14 +27,21 @@ CALL_MONEY = f"""count(*) FILTER (WHERE c.replayed) AS replayed_calls,
     coalesce(sum(c.cost_micros) FILTER (WHERE c.replayed), 0)::BIGINT AS replayed_cost_micros"""
 
 
-def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
     """Calls summed by UTC day, provider, model, prompt id and version, and currency: one scan of
     the calls that the Overview's figures roll up from (`rollup`), integers all the way. The day
     comes from the epoch (no time-zone conversion per row).
 
     Money that was paid and calls that were replayed are never added together: `cost_micros`,
     `priced_calls`, `unpriced_calls` and the token counters cover live calls (what left the
-    account); `replayed_cost_micros` is what the replayed calls would have cost."""
+    account); `replayed_cost_micros` is what the replayed calls would have cost.
+
+    Summed from the daily rollup when it can answer `f` (`rolled_up`), unless `raw`: the same figures."""
+    if not raw and rolled_up(con, f):
+        return _rq(con, f, f"""
+            SELECT (DATE '1970-01-01' + c.day_n) AS day, c.provider, c.model, c.prompt_id, c.prompt_version, c.currency,
+                   {', '.join(f'sum(c.{name})::BIGINT AS {name}' for name in daily.CUBE)}
+            FROM fc c GROUP BY ALL ORDER BY day, model""")
     return _q(con, f, f"""
         , cube AS (
             SELECT epoch_us(c.started_at) // 86400000000 AS day_n, c.provider, {_MODEL} AS model, c.prompt_id,

@@ -1,0 +1,176 @@
+"""The daily rollup of calls (`workbench.store.rollup`) never disagrees with the calls: on random
+stores written the ways calls reach a store (ingest of spool files, records written again, `store
+copy`, a migration of an older store), under random filters, every query the pages read from it
+returns exactly what the same query returns from the calls themselves; and a filter it cannot answer
+is answered from the calls."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from datetime import date, datetime, time, timezone
+from pathlib import Path
+
+import duckdb
+import polars as pl
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+import dashboard_store as fx
+from test_ledger_properties import blank_store, stores  # noqa: F401 - a fixture, used by name
+from workbench.store import queries as q
+from workbench.store import rollup
+from workbench.store.copy import copy_store
+from workbench.store.db import open_store
+from workbench.store.ingest import ingest_spools, write_rows
+from workbench.store.queries._base import rolled_up
+from workbench.store.schema import MIGRATIONS, migrate
+
+VERDICTS = [None, "hit", "cold", "expired", "prefix_changed"]
+PROMPTS = ("greet", "sum")
+
+
+def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.sort(frame.columns, nulls_last=True)
+
+
+def _same(rolled: pl.DataFrame, raw: pl.DataFrame) -> None:
+    assert_frame_equal(_sorted(rolled), _sorted(raw))
+
+
+def _rollup_rows(con: duckdb.DuckDBPyConnection, source: str) -> pl.DataFrame:
+    """The rollup as stored (`call_rollup`), or as it would be made now from the calls (`calls`)."""
+    rows = rollup.aggregate("calls") if source == "calls" else "SELECT * FROM call_rollup"
+    return _sorted(con.sql(rows).pl())
+
+
+def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> None:
+    """The stored rollup is the calls' own, and every query read from it equals its raw form."""
+    assert_frame_equal(_rollup_rows(con, "call_rollup"), _rollup_rows(con, "calls"))
+    assert q.filter_options(con) == q.filter_options(con, raw=True)
+    for f in filters:
+        whole_days = not isinstance(f.date_from, datetime) or f.date_from.timetz() == time(tzinfo=timezone.utc)
+        assert rolled_up(con, f) == (not f.run_level and whole_days)
+        _same(q.spend_cube(con, f), q.spend_cube(con, f, raw=True))
+        _same(q.miss_reasons(con, f), q.miss_reasons(con, f, raw=True))
+        for by in ((), ("prompt_id", "prompt_version", "model"), ("provider",)):
+            _same(q.cache_savings(con, f, by), q.cache_savings(con, f, by, raw=True))
+
+
+def _insight(calls: list[dict], draw) -> list[dict]:
+    """What insight writes on a call (a verdict, what a miss lost), and now and then an unknown token count."""
+    for call in calls:
+        verdict = draw(st.sampled_from(VERDICTS)) if call["settled"] else None
+        call["cache_verdict"] = verdict
+        call["cache_miss_micros"] = draw(st.sampled_from([None, 0, 1234, 99])) if verdict not in (None, "hit") else None
+        if draw(st.integers(0, 9)) == 0:
+            call[draw(st.sampled_from(["input_tokens", "cache_read_tokens", "output_tokens"]))] = None
+    return calls
+
+
+moments = st.one_of(
+    st.dates(date(2024, 4, 28), date(2024, 6, 12)),
+    st.builds(lambda day: datetime.combine(day, time(), timezone.utc), st.dates(date(2024, 4, 28), date(2024, 6, 12))),
+    st.datetimes(datetime(2024, 4, 28), datetime(2024, 6, 12), timezones=st.just(timezone.utc)),
+)
+filter_sets = st.builds(
+    q.Filters,
+    date_from=st.none() | moments,
+    date_to=st.none() | st.dates(date(2024, 4, 28), date(2024, 6, 12)),
+    providers=st.lists(st.sampled_from(sorted(set(fx.PROVIDERS.values()))), max_size=2, unique=True).map(tuple),
+    models=st.lists(st.sampled_from(sorted(fx.PROVIDERS)), max_size=2, unique=True).map(tuple),
+    prompt_ids=st.lists(st.sampled_from(PROMPTS), max_size=1).map(tuple),
+    prompt_versions=st.lists(st.sampled_from(["1", "2"]), max_size=1).map(tuple),
+    run_names=st.lists(st.sampled_from(["chat", "batch"]), max_size=1).map(tuple),
+    tags=st.lists(st.sampled_from(["tenant=acme", "user=u1"]), max_size=1).map(tuple),
+    source=st.sampled_from(["all", "live", "replayed"]),
+)
+
+
+def _spool(folder: Path, name: str, rows: list[dict]) -> None:
+    """Call records as a recorder spools them (another host's file: the ingest never deletes it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"otherhost-1-{name}.jsonl", "a", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps({"kind": "call", "row": row}) + "\n")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(store=stores(), data=st.data(), filters=st.lists(filter_sets, min_size=1, max_size=4),
+       tiers=st.booleans())
+def test_every_rollup_figure_is_the_raw_one(blank_store, store, data, filters, tiers):
+    calls, runs, compactions = store
+    rows = _insight(fx.call_rows(calls), data.draw)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=3)))
+    batches = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)])]
+    again = data.draw(st.lists(st.sampled_from(rows), max_size=4)) if rows else []  # written twice: counted once
+    specs = fx.SPECS if tiers else {**fx.SPECS, "beta": fx.BETA.model_copy(update={"long_context": []})}
+    with tempfile.TemporaryDirectory() as folder:
+        db, spool = Path(folder) / "random.duckdb", Path(folder) / "spool"
+        shutil.copyfile(blank_store, db)
+        with open_store(db) as con:
+            write_rows(con, "model", [{"price_source": f"{s.id}@{s.as_of.isoformat()}", "id": s.id,
+                                       "provider": s.provider, "spec": s.model_dump_json()} for s in specs.values()])
+            write_rows(con, "run", fx.run_rows(fx.call_rows(calls), runs))
+            write_rows(con, "run_tag", [{"run_id": r[0], "key": k, "value": v} for r in runs for k, v in r[6].items()])
+        for index, batch in enumerate(batches):
+            if index % 2:
+                with open_store(db) as con:
+                    write_rows(con, "call", batch)
+            else:  # the ingest's own path: a spool file, read from the offset it reached
+                _spool(spool, "0000000a", batch)
+                ingest_spools(db, spool)
+        _spool(spool, "0000000b", again)
+        ingest_spools(db, spool)
+        q.read(db, None, lambda con: check_rollup(con, filters))
+        copied = Path(folder) / "copied.duckdb"
+        copy_store(db, copied)
+        q.read(copied, None, lambda con: check_rollup(con, filters[:1]))
+
+
+def test_the_migration_fills_the_rollup_from_the_calls_stored(tmp_path):
+    db = tmp_path / "older.duckdb"
+    before = next(number for number, (name, _) in enumerate(MIGRATIONS) if name.endswith("_rollup_daily_calls"))
+    con = duckdb.connect(str(db))
+    try:
+        migrate(con, target=before)  # a store of the version before the rollup, with calls in it
+        rows = fx.call_rows()
+        for index, row in enumerate(rows):  # judged as insight would, a verdict each
+            row["cache_verdict"] = VERDICTS[index % len(VERDICTS)] if row["settled"] else None
+            row["cache_miss_micros"] = 700 + index if row["cache_verdict"] == "cold" else None
+        frame = pl.DataFrame(rows)
+        con.register("older", frame.to_arrow())
+        con.execute("INSERT INTO calls BY NAME SELECT * FROM older")
+        migrate(con)
+        assert_frame_equal(_rollup_rows(con, "call_rollup"), _rollup_rows(con, "calls"))
+        assert con.sql("SELECT sum(calls) FROM call_rollup").fetchall()[0][0] == len(fx.CALLS)
+    finally:
+        con.close()
+
+
+def test_a_filter_the_rollup_cannot_answer_reads_the_calls(dashboard_db):
+    def work(con):
+        return {f: rolled_up(con, f) for f in (
+            q.Filters(), q.Filters(date_from=date(2024, 5, 2), models=("alpha",), source="live"),
+            q.Filters(run_names=("chat",)), q.Filters(tags=("env=prod",)),
+            q.Filters(date_from=datetime(2024, 5, 1, 12, tzinfo=timezone.utc)))}
+
+    assert list(q.read(dashboard_db, None, work).values()) == [True, True, False, False, False]
+
+
+def test_calls_written_around_the_ingest_turn_the_rollup_off(tmp_path):
+    db = fx.build(tmp_path / "wb.duckdb", evals=False)
+    with open_store(db) as con:
+        con.execute("INSERT INTO calls (call_id, provider, model_served, settled, replayed, cost_micros, started_at) "
+                    "VALUES ('stray', 'openai', 'alpha', true, false, 5, TIMESTAMPTZ '2024-05-01 10:00:00+00')")
+
+    def work(con):
+        return rolled_up(con, q.Filters()), q.spend_cube(con, q.Filters()), q.spend_cube(con, q.Filters(), raw=True)
+
+    rolled, cube, raw = q.read(db, None, work)
+    assert not rolled
+    _same(cube, raw)
+    assert cube["calls"].sum() == len(fx.CALLS) + 1
