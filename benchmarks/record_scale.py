@@ -6,7 +6,7 @@ tree in turn, so both figures come from the same minutes of the same machine.
     python benchmarks/record_scale.py --sizes 1000,10000 --baseline /tmp/main-copy --append
     python benchmarks/record_scale.py --sizes 300 --profile      # cProfile of one recording, this tree
 
-Two recording paths, each a fresh process (`--path`):
+Three recording paths, each a fresh process (`--path`):
 
 * `http`: the documented way, `openai.OpenAI(http_client=workbench.http_client(cassette=...,
   mode="record"))`, N chat completions with distinct prompts against the fake provider served over
