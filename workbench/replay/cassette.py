@@ -278,37 +278,53 @@ def dump_cassette(interactions: list[Interaction], fmt: str = "json", extra: dic
     return _dumped(interactions, fmt, extra).decode("utf-8")
 
 
-def _dumped(interactions: list[Interaction], fmt: str, extra: dict | None) -> bytes:
+def encoded_interaction(interaction: Interaction) -> bytes:
+    """One interaction as it stands in a JSON cassette's `interactions` list (indented for its
+    place there). A recording session keeps these, so a save joins the file from them instead of
+    encoding every interaction again: re-encoding the whole cassette at each save made recording
+    grow with N x saves."""
+    # JSON text never holds a raw newline (a string escapes it): every newline starts a line
+    return orjson.dumps(interaction_dict(interaction), default=_binary, option=orjson.OPT_INDENT_2
+                        ).replace(b"\n", b"\n    ")
+
+
+def _dumped(interactions: list[Interaction], fmt: str, extra: dict | None, encoded: list[bytes] | None = None) -> bytes:
     """The cassette's text as UTF-8 bytes. JSON through orjson, the same text as the standard
-    library's `indent=2` (whose pure-Python indenting encoder was most of a recording's time: a
-    recording session saves its cassette again and again as it grows); the standard library for
-    what orjson refuses (a key that is not text, an integer past 64 bits)."""
-    data = {
-        "interactions": [interaction_dict(interaction) for interaction in interactions],
-        "version": 1,
-        "workbench": {"format": FORMAT_VERSION, **(extra or {})},
-    }
+    library's `indent=2` (whose pure-Python indenting encoder was most of a recording's time),
+    joined from each interaction's `encoded_interaction` (given, or made here); the standard
+    library for what orjson refuses in `extra` (a key that is not text, an integer past 64 bits)."""
+    meta = {"format": FORMAT_VERSION, **(extra or {})}
+
+    def document() -> dict:
+        return {"interactions": [interaction_dict(interaction) for interaction in interactions], "version": 1,
+                "workbench": meta}
+
     if fmt == "yaml":
-        return yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False,
+        return yaml.dump(document(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False,
                          allow_unicode=True).encode("utf-8")
     try:
-        return orjson.dumps(data, default=_binary, option=orjson.OPT_INDENT_2) + b"\n"
+        workbench = orjson.dumps(meta, option=orjson.OPT_INDENT_2).replace(b"\n", b"\n  ")
     except (TypeError, orjson.JSONEncodeError):
-        return (json.dumps(data, indent=2, ensure_ascii=False, default=_binary) + "\n").encode("utf-8")
+        return (json.dumps(document(), indent=2, ensure_ascii=False, default=_binary) + "\n").encode("utf-8")
+    pieces = encoded if encoded is not None else [encoded_interaction(interaction) for interaction in interactions]
+    listed = b"[\n    " + b",\n    ".join(pieces) + b"\n  ]" if pieces else b"[]"
+    return b'{\n  "interactions": ' + listed + b',\n  "version": 1,\n  "workbench": ' + workbench + b"\n}\n"
 
 
 def format_of(path: Path) -> str:
     return "yaml" if Path(path).suffix.lower() in {".yaml", ".yml"} else "json"
 
 
-def write_cassette(path: Path, interactions: list[Interaction], extra: dict | None = None) -> None:
-    """Write atomically: a temporary file in the same folder, then `os.replace`."""
+def write_cassette(path: Path, interactions: list[Interaction], extra: dict | None = None,
+                   encoded: list[bytes] | None = None) -> None:
+    """Write atomically: a temporary file in the same folder, then `os.replace`. `encoded`: each
+    interaction's `encoded_interaction`, when the caller keeps them (a JSON cassette only)."""
     import os
     import tempfile
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = _dumped(interactions, format_of(path), extra)
+    text = _dumped(interactions, format_of(path), extra, encoded)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

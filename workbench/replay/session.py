@@ -26,9 +26,10 @@ from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
 from workbench.replay.cassette import (
-    Interaction, RecordedRequest, RecordedResponse, load_cassette_with_meta, parse_cassette_with_meta, write_cassette,
+    Interaction, RecordedRequest, RecordedResponse, encoded_interaction, format_of, load_cassette_with_meta,
+    parse_cassette_with_meta, write_cassette,
 )
-from workbench.replay.matcher import CassetteIndex
+from workbench.replay.matcher import CassetteIndex, interaction_hash
 from workbench.replay.scrub import BodyHook, scrub
 
 MODES = ("replay", "record", "rerecord", "live")
@@ -108,9 +109,10 @@ class Cassette:
             if collecting:
                 gc.enable()
         self._new: list[Interaction] = []
-        # the file as this session last wrote it: (its stat, its recordings, their hashes); while the
-        # file is still that one, a save appends to these instead of reading and scrubbing it again
-        self._written: tuple[tuple, list[Interaction], list[str]] | None = None
+        # the file as this session last wrote it: (its stat, its recordings, their hashes, their JSON
+        # text); while the file is still that one, a save appends to these instead of reading,
+        # scrubbing and encoding it again
+        self._written: tuple[tuple, list[Interaction], list[str], list[bytes] | None] | None = None
         _open.add(self)
 
     # clients bound to this cassette (recorded by capture as well)
@@ -177,33 +179,40 @@ class Cassette:
                 # what this run rerecorded (its pytest-xdist workers, its earlier sessions) is kept;
                 # anything older is what rerecord replaces
                 written["rerecorded_in"] = _RUN
-            on_disk, stored = self._on_disk()
+            on_disk, stored, encoded = self._on_disk()
             if on_disk is None:
-                on_disk, stored = [], []
+                on_disk, stored, encoded = [], [], []
             elif self.mode == "rerecord" and not new:
                 return  # what this run rerecorded is in the file already
             merged = on_disk + new
-            hashes = CassetteIndex(merged, stored + [None] * len(new)).hashes  # not rehashed on every save
+            # stored hashes are kept (not rehashed on every save), an older version's recomputed
+            hashes = [interaction_hash(item, digest) for item, digest in zip(merged, stored + [None] * len(new))]
             written["request_hashes"] = hashes
-            write_cassette(self.path, merged, written)
-            self._written = (_signature(self.path), merged, hashes)
+            if format_of(self.path) == "json":
+                encoded = (encoded if encoded is not None else [encoded_interaction(item) for item in on_disk]) \
+                    + [encoded_interaction(item) for item in new]
+            else:
+                encoded = None
+            write_cassette(self.path, merged, written, encoded)
+            self._written = (_signature(self.path), merged, hashes, encoded)
         self._save_played()
 
-    def _on_disk(self) -> tuple[list[Interaction] | None, list[str | None]]:
-        """The recordings in the file, scrubbed, and their stored hashes (None where unknown), under
-        the cassette's lock: from memory while the file is the one this session wrote last (saving
-        by reading, scrubbing and rewriting the whole file made recording quadratic); None: nothing
-        to keep (no file, or a rerecord replacing what an earlier run recorded)."""
+    def _on_disk(self) -> tuple[list[Interaction] | None, list[str | None], list[bytes] | None]:
+        """The recordings in the file, scrubbed, their stored hashes (None where unknown) and their
+        JSON text when this session wrote them, under the cassette's lock: from memory while the
+        file is the one this session wrote last (saving by reading, scrubbing and rewriting the
+        whole file made recording quadratic); None: nothing to keep (no file, or a rerecord
+        replacing what an earlier run recorded)."""
         if not self.path.exists():
-            return None, []
+            return None, [], None
         if self._written is not None and self._written[0] == _signature(self.path):
-            return self._written[1], self._written[2]
+            return self._written[1], self._written[2], self._written[3]
         on_disk, meta = parse_cassette_with_meta(self.path.read_bytes(), str(self.path))
         if self.mode == "rerecord" and meta.get("rerecorded_in") != _RUN:
-            return None, []
+            return None, [], None
         stored = meta.get("request_hashes")
         return [scrub(item) for item in on_disk], stored if isinstance(stored, list) and len(stored) == len(on_disk) \
-            else [None] * len(on_disk)
+            else [None] * len(on_disk), None
 
     def _save_played(self) -> None:
         """What this session played, written now or, for a session of a test suite, kept and written

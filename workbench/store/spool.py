@@ -5,10 +5,11 @@ the batch not yet written (at most one interval); a torn last line is ignored by
 The application's thread only hands records over: encoding them, and any work a recorder defers
 (`defer`), happen on the spool thread. Ingestion into DuckDB is the readers' job first — the
 dashboard and every report ingest pending spools before they read — so a recording process only
-starts a detached ingester now and then (`INGEST_EVERY_S`, or after `INGEST_AFTER_RECORDS`) and at
-exit: DuckDB work in the application's process would compete with it for the GIL. Only
-`workbench.flush()` (and `configure`) ingest in process, because their caller waits for the store.
-Recording is fail-open: errors are logged once and counted in `stats`, and the call goes on."""
+starts a detached ingester now and then (`INGEST_EVERY_S`, less often while ingesters take long:
+`INGEST_SHARE`; or after `INGEST_AFTER_RECORDS`) and at exit: DuckDB work in the application's
+process would compete with it for the GIL. Only `workbench.flush()` (and `configure`) ingest in
+process, because their caller waits for the store. Recording is fail-open: errors are logged once
+and counted in `stats`, and the call goes on."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ MIN_FLUSH_INTERVAL_S = 0.01
 # costs a process start, about 0.4 s of CPU: fewer, larger batches)
 INGEST_EVERY_S = 10.0
 INGEST_AFTER_RECORDS = 20_000
+# ... and at most every INGEST_SHARE x the last ingester's duration: an ingester judges its batch
+# against the stored calls of the last minutes (insight's cache verdicts), so it takes longer as a
+# long recording grows, and ingesters started every 10 s cost more than the recording itself
+INGEST_SHARE = 10
 
 
 class Spool:
@@ -64,6 +69,7 @@ class Spool:
         self._to_ingest = 0
         self._ingested_at = time.monotonic()
         self._ingester: subprocess.Popen | None = None
+        self._ingest_took = 0.0  # seconds the last detached ingester ran (as the spool thread saw it end)
 
     # called from any thread, on the application's path: hand over, nothing more
     def append(self, kind: str, row: dict) -> None:
@@ -120,11 +126,20 @@ class Spool:
                 self._wake.clear()
                 if not self._stopping:
                     self.flush(ingest=False)
-                    due = time.monotonic() - self._ingested_at >= INGEST_EVERY_S
+                    every = max(INGEST_EVERY_S, INGEST_SHARE * self._ingester_took())
+                    due = time.monotonic() - self._ingested_at >= every
                     if self._to_ingest and (due or self._to_ingest >= INGEST_AFTER_RECORDS):
                         self._ingest_in_background()
         finally:
             self._running = False  # whatever ended it, the next record starts another
+
+    def _ingester_took(self) -> float:
+        """How long the last detached ingester ran; while it runs, how long it has run so far."""
+        if self._ingester is not None and self._ingester.poll() is None:
+            return time.monotonic() - self._ingester_started
+        if self._ingester is not None:
+            self._ingest_took, self._ingester = time.monotonic() - self._ingester_started, None
+        return self._ingest_took
 
     def _ingest_in_background(self) -> None:
         """Ingest in a detached process, one at a time: DuckDB in the recording process would hold
@@ -133,7 +148,7 @@ class Spool:
             return  # the last one is still at it; what it misses waits for the next
         self._to_ingest, self._ingested_at = 0, time.monotonic()
         try:
-            self._ingester = _ingest_detached(self.db_path, self.spool_dir)
+            self._ingester, self._ingester_started = _ingest_detached(self.db_path, self.spool_dir), time.monotonic()
         except OSError as exc:
             self._fail("ingest", exc)
 
