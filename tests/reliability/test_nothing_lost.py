@@ -100,6 +100,50 @@ def test_a_program_that_flushed_leaves_no_ingester_behind_when_it_exits(tmp_path
     assert count(db, "SELECT count(*) FROM calls") == 3
 
 
+LINGERING_APP = r"""
+import atexit, os, sys, time
+from pathlib import Path
+import workbench
+db = os.environ["WORKBENCH_DB"].encode()
+
+def ingesting():
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if db in args and any(b"ingest_spools" in arg for arg in args):
+            return True
+    return False
+
+def linger():  # runs after Workbench's exit flush: the process is still alive while its ingester works
+    deadline, seen = time.monotonic() + 60, False
+    while time.monotonic() < deadline:
+        busy = ingesting()
+        if seen and not busy:
+            return
+        seen = seen or busy
+        time.sleep(0.05)
+
+atexit.register(linger)
+client = workbench.http_client()
+for index in range(3):
+    client.post(sys.argv[1] + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
+"""
+
+
+def test_the_exit_ingester_removes_the_spool_file_of_a_process_still_exiting(tmp_path, fake_url):
+    """A process whose exit outlasts its exit ingester (a test suite tearing down) hands its spool
+    file over: the ingester stores its calls and removes the file, instead of leaving it, read to
+    its end, to whichever reader comes next."""
+    db = tmp_path / ".workbench" / "wb.duckdb"
+    result = run_python(LINGERING_APP, fake_url, cwd=tmp_path, env={"WORKBENCH_DB": str(db)})
+    assert result.returncode == 0, result.stderr
+    assert ingesters_of(db) == []
+    assert sorted(path.name for path in spool_dir_of(db).glob("*.jsonl")) == []
+    assert count(db, "SELECT count(*) FROM calls") == 3
+
+
 ABANDONING_APP = r"""
 import asyncio, gc, sys
 import openai, workbench

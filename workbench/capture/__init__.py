@@ -105,11 +105,9 @@ def instrument() -> None:
 
     if _instrumented:
         return
-    try:
-        from workbench.capture.aiohttp_session import instrument_sessions, uninstrument_sessions
-    except ImportError:  # aiohttp is not installed: no session to record
-        pass
-    else:
+    sessions = _aiohttp_sessions()
+    if sessions is not None:
+        instrument_sessions, uninstrument_sessions = sessions
         instrument_sessions()
         _instrumented.append((None, "", uninstrument_sessions))
     for module, (sync_recording, async_recording) in (
@@ -120,6 +118,18 @@ def instrument() -> None:
             original = cls._transport_for_url
             _instrumented.append((cls, "_transport_for_url", original))
             cls._transport_for_url = _recorded_transport(original, recording)
+
+
+@functools.cache
+def _aiohttp_sessions() -> tuple | None:
+    """aiohttp's session recording (instrument, uninstrument), or None without aiohttp. Looked up
+    once: a failed import is not cached by Python, and the pytest plugin instruments per test (a
+    search of sys.path, and a recompile of the module without bytecode caching, every time)."""
+    try:
+        from workbench.capture.aiohttp_session import instrument_sessions, uninstrument_sessions
+    except ImportError:  # aiohttp is not installed: no session to record
+        return None
+    return instrument_sessions, uninstrument_sessions
 
 
 def _recorded_transport(original, recording):

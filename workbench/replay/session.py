@@ -41,12 +41,15 @@ _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(dat
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
 
 
-def _working(cassette: Path, folder: str, suffix: str) -> Path:
-    """A file of the store's working folder kept for a cassette (never beside the committed file)."""
-    from workbench.capture.recorder import recorder
+def _working(cassette: Path, folder: str, suffix: str, work_dir: Path | None = None) -> Path:
+    """A file of the store's working folder (`work_dir`: looked up when not given) kept for a
+    cassette (never beside the committed file)."""
+    if work_dir is None:
+        from workbench.capture.recorder import recorder
 
+        work_dir = recorder().settings.work_dir
     key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
-    return recorder().settings.work_dir / folder / f"{key}{suffix}"
+    return work_dir / folder / f"{key}{suffix}"
 
 
 def played_record_path(cassette: Path) -> Path:
@@ -222,7 +225,7 @@ class Cassette:
             return
         played = {index for index in self.index.played if index < self.own}
         if not self.played_at_end:
-            _write_played(self.path, self.own, played)
+            _write_played({self.path: (self.own, played)})
             return
         with _played_lock:
             own, before = _played_unwritten.get(self.path, (self.own, set()))
@@ -238,31 +241,43 @@ def write_played_records() -> None:
     with _played_lock:
         unwritten = dict(_played_unwritten)
         _played_unwritten.clear()
-    for path, (own, played) in unwritten.items():
-        _write_played(path, own, played)
+    if unwritten:
+        _write_played(unwritten)
 
 
-def _write_played(path: Path, own: int, played: set[int]) -> None:
-    """Merge `played` with what other sessions of the same run played (a test suite opens one
-    session per test, and pytest-xdist workers share one run id), atomically, under a lock."""
-    record = played_record_path(path)
+def _write_played(cassettes: dict[Path, tuple[int, set[int]]]) -> None:
+    """For each cassette (its interactions, those played), merge what it played with what other
+    sessions of the same run played (a test suite opens one session per test, and pytest-xdist
+    workers share one run id), atomically. One lock for every cassette's record: a suite's end
+    writes a thousand of them, and a lock each cost more than the writes."""
+    from workbench.capture.recorder import recorder
+
+    work_dir = recorder().settings.work_dir
     try:
-        record.parent.mkdir(parents=True, exist_ok=True)
-        with exclusive(_working(path, "locks", ".played.lock")):
-            try:
-                previous = json.loads(record.read_text())
-                if previous.get("run") == _RUN and previous.get("interactions") == own:
-                    played = played | set(previous.get("played", []))
-            except (OSError, ValueError, AttributeError):
-                pass
-            temporary = record.with_name(f".{record.name}.{os.getpid()}")
-            temporary.write_text(json.dumps({
-                "cassette": str(path.resolve()), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
-                "interactions": own, "played": sorted(played),
-            }))
-            os.replace(temporary, record)
+        (work_dir / "replay").mkdir(parents=True, exist_ok=True)
+        with exclusive(work_dir / "locks" / "played.lock"):
+            for path, (own, played) in cassettes.items():
+                try:
+                    _merge_played(path, _working(path, "replay", ".json", work_dir), own, played)
+                except OSError:
+                    pass  # the stale check is advisory; replay itself must not fail on it
     except OSError:
-        pass  # the stale check is advisory; replay itself must not fail on it
+        pass
+
+
+def _merge_played(path: Path, record: Path, own: int, played: set[int]) -> None:
+    try:
+        previous = json.loads(record.read_text())
+        if previous.get("run") == _RUN and previous.get("interactions") == own:
+            played = played | set(previous.get("played", []))
+    except (OSError, ValueError, AttributeError):
+        pass
+    temporary = record.with_name(f".{record.name}.{os.getpid()}")
+    temporary.write_text(json.dumps({
+        "cassette": str(path.resolve()), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
+        "interactions": own, "played": sorted(played),
+    }))
+    os.replace(temporary, record)
 
 
 def _signature(path: Path) -> tuple:

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -290,10 +291,12 @@ def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, 
     return frame.height
 
 
-def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True) -> int:
+def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True, closed: Sequence[str] = ()) -> int:
     """Ingest every spool file under `spool_dir`; returns the records ingested. With `wait=False`
-    (a recorder), returns 0 at once when another process is ingesting or holds the store."""
-    return _ingest_spools(db_path, spool_dir, wait) or 0
+    (a recorder), returns 0 at once when another process is ingesting or holds the store.
+    `closed`: names of files whose writer will write no more (an exiting process hands its file
+    over): read to the end, they are removed although the writer may still be alive."""
+    return _ingest_spools(db_path, spool_dir, wait, frozenset(closed)) or 0
 
 
 def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
@@ -302,7 +305,7 @@ def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
     return _ingest_spools(db_path, spool_dir, wait=False)
 
 
-def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool) -> int | None:
+def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset[str] = frozenset()) -> int | None:
     spool_dir = Path(spool_dir)
     legacy = _legacy_spools(Path(db_path), spool_dir)
     if not spool_dir.is_dir() and not legacy:
@@ -315,7 +318,7 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool) -> int | None:
             return 0
         try:
             with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
-                return _ingest(con, files)
+                return _ingest(con, files, closed)
         except WorkbenchError as exc:
             if not wait and exc.code == "WB_STORE_LOCKED":
                 return None
@@ -347,7 +350,7 @@ def _legacy_spools(db_path: Path, spool_dir: Path) -> list[Path]:
     return sorted(path for path in legacy.glob("*.jsonl") if _SPOOL_FILE.fullmatch(path.name))
 
 
-def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
+def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str] = frozenset()) -> int:
     """Every spool file's new lines, batch by batch, each batch committed with its offsets."""
     positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
     schemas: dict[str, dict[str, pl.DataType]] | None = None
@@ -377,8 +380,8 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
                     budget -= len(data)
             if end >= size or _torn_tail_only(path, end):
                 files.remove(path)  # read to its end (for now)
-                if not _pid_alive(path.stem):
-                    finished.append(path)  # its writer is gone: a torn last line will never be completed
+                if path.name in closed or not _pid_alive(path.stem):
+                    finished.append(path)  # its writer is done: a torn last line will never be completed
                     if end < size:
                         torn.append(_Chunk(path.name, end, _tail(path, end)))
         if not chunks and not finished:

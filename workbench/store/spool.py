@@ -204,11 +204,19 @@ class Spool:
             try:
                 if wait:
                     ingest_spools(self.db_path, self.spool_dir, wait=True)
+                    self._ingester = None  # what a detached one left is in too: none is due at exit
                 elif try_ingest(self.db_path, self.spool_dir) is None:
                     self._to_ingest = waiting  # another process holds the store: try again later
             except Exception as exc:  # noqa: BLE001 - fail-open: the spool keeps the records
                 self._to_ingest = waiting
                 self._fail("ingest", exc)
+
+    def close_file(self) -> Path | None:
+        """End this process's spool file (what it wrote so far; a later write starts another), to
+        hand it over to an ingester that may then remove it. None: it wrote none."""
+        with self._write_lock:
+            closed, self._file = self._file, None
+        return closed if closed is not None and closed.exists() else None
 
     def note_failure(self, what: str, exc: BaseException) -> None:
         """Count a failure of a recording step, and log the first of each kind."""
@@ -281,16 +289,21 @@ def _flush_at_exit() -> None:
     for spool in list(_spools.values()):
         try:
             spool.flush(ingest=False)
-            if spool._to_ingest:
-                _ingest_detached(spool.db_path, spool.spool_dir)
+            if spool._to_ingest or spool._ingester is not None:
+                _ingest_detached(spool.db_path, spool.spool_dir, spool.close_file())
         except Exception:  # noqa: BLE001 - never fail an exiting application
             pass
 
 
-def _ingest_detached(db_path: Path, spool_dir: Path) -> subprocess.Popen:
-    code = "import sys; from workbench.store.ingest import ingest_spools; ingest_spools(sys.argv[1], sys.argv[2])"
+def _ingest_detached(db_path: Path, spool_dir: Path, closed: Path | None = None) -> subprocess.Popen:
+    """An ingester of its own session. `closed`: the exiting process's file, handed over so that the
+    ingester removes it once read, though the process may still be exiting (it was left behind,
+    read to its end, for the next ingester to find its writer gone)."""
+    code = "import sys; from workbench.store.ingest import ingest_spools; ingest_spools(sys.argv[1], sys.argv[2], " \
+           "closed=sys.argv[3:])"
     return subprocess.Popen(
-        [sys.executable, "-c", code, str(db_path), str(spool_dir)], start_new_session=True,
+        [sys.executable, "-c", code, str(db_path), str(spool_dir), *([closed.name] if closed else [])],
+        start_new_session=True,
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
