@@ -166,6 +166,21 @@ def _invalid(name: str, detail: str) -> WorkbenchError:
     )
 
 
+_MALFORMED = (KeyError, TypeError, ValueError, OverflowError, RecursionError)  # what a wrong shape raises
+
+
+def _malformed(name: str, index: int, exc: BaseException) -> WorkbenchError:
+    return WorkbenchError(
+        "WB_CASSETTE_INVALID", f"{name} interaction {index} is malformed: {type(exc).__name__}: {exc}",
+        f"remove or re-record interaction {index} of {name}",
+    )
+
+
+def _no_interactions(name: str) -> WorkbenchError:
+    return WorkbenchError("WB_CASSETTE_INVALID", f"{name} has no `interactions` list",
+                          f"check that {name} is a vcrpy cassette (a mapping with `interactions:`)")
+
+
 def parse_cassette(text: str | bytes, name: str = "<cassette>") -> list[Interaction]:
     """Interactions of a cassette's text, JSON or YAML; anything else is WB_CASSETTE_INVALID."""
     return parse_cassette_with_meta(text, name)[0]
@@ -192,21 +207,13 @@ def parse_cassette_with_meta(text: str | bytes, name: str = "<cassette>") -> tup
     except RecursionError as exc:
         raise _invalid(name, "nested too deeply to read") from exc
     if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
-        raise WorkbenchError(
-            "WB_CASSETTE_INVALID",
-            f"{name} has no `interactions` list",
-            f"check that {name} is a vcrpy cassette (a mapping with `interactions:`)",
-        )
+        raise _no_interactions(name)
     interactions = []
     for index, raw in enumerate(data["interactions"]):
         try:
             interactions.append(_interaction(raw))
-        except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
-            raise WorkbenchError(
-                "WB_CASSETTE_INVALID",
-                f"{name} interaction {index} is malformed: {type(exc).__name__}: {exc}",
-                f"remove or re-record interaction {index} of {name}",
-            ) from exc
+        except _MALFORMED as exc:
+            raise _malformed(name, index, exc) from exc
     meta = data.get("workbench")
     return interactions, meta if isinstance(meta, dict) else {}
 
@@ -320,12 +327,8 @@ def stream_cassette(path: Path, each) -> dict:
                         raw, span = reader.value()
                         try:
                             interaction = _interaction(raw)
-                        except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
-                            raise WorkbenchError(
-                                "WB_CASSETTE_INVALID",
-                                f"{name} interaction {index} is malformed: {type(exc).__name__}: {exc}",
-                                f"remove or re-record interaction {index} of {name}",
-                            ) from exc
+                        except _MALFORMED as exc:
+                            raise _malformed(name, index, exc) from exc
                         each(index, interaction, span)
                         index += 1
                         if reader.peek() == ",":
@@ -345,8 +348,7 @@ def stream_cassette(path: Path, each) -> dict:
         except RecursionError as exc:
             raise _invalid(name, "nested too deeply to read") from exc
     if not found:
-        raise WorkbenchError("WB_CASSETTE_INVALID", f"{name} has no `interactions` list",
-                             f"check that {name} is a vcrpy cassette (a mapping with `interactions:`)")
+        raise _no_interactions(name)
     return meta
 
 
