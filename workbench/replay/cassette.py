@@ -357,7 +357,12 @@ def read_interaction(fd: int, span: tuple[int, int]) -> Interaction:
     import os
 
     start, end = span
-    return _interaction(json.loads(os.pread(fd, end - start, start)))
+    text = os.pread(fd, end - start, start)
+    try:
+        raw = orjson.loads(text)  # the same values, several times faster
+    except orjson.JSONDecodeError:  # what only the standard library reads: NaN, integers past 64 bits
+        raw = json.loads(text)
+    return _interaction(raw)
 
 
 
