@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
@@ -165,6 +166,21 @@ def _invalid(name: str, detail: str) -> WorkbenchError:
     )
 
 
+_MALFORMED = (KeyError, TypeError, ValueError, OverflowError, RecursionError)  # what a wrong shape raises
+
+
+def _malformed(name: str, index: int, exc: BaseException) -> WorkbenchError:
+    return WorkbenchError(
+        "WB_CASSETTE_INVALID", f"{name} interaction {index} is malformed: {type(exc).__name__}: {exc}",
+        f"remove or re-record interaction {index} of {name}",
+    )
+
+
+def _no_interactions(name: str) -> WorkbenchError:
+    return WorkbenchError("WB_CASSETTE_INVALID", f"{name} has no `interactions` list",
+                          f"check that {name} is a vcrpy cassette (a mapping with `interactions:`)")
+
+
 def parse_cassette(text: str | bytes, name: str = "<cassette>") -> list[Interaction]:
     """Interactions of a cassette's text, JSON or YAML; anything else is WB_CASSETTE_INVALID."""
     return parse_cassette_with_meta(text, name)[0]
@@ -191,21 +207,13 @@ def parse_cassette_with_meta(text: str | bytes, name: str = "<cassette>") -> tup
     except RecursionError as exc:
         raise _invalid(name, "nested too deeply to read") from exc
     if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
-        raise WorkbenchError(
-            "WB_CASSETTE_INVALID",
-            f"{name} has no `interactions` list",
-            f"check that {name} is a vcrpy cassette (a mapping with `interactions:`)",
-        )
+        raise _no_interactions(name)
     interactions = []
     for index, raw in enumerate(data["interactions"]):
         try:
             interactions.append(_interaction(raw))
-        except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
-            raise WorkbenchError(
-                "WB_CASSETTE_INVALID",
-                f"{name} interaction {index} is malformed: {type(exc).__name__}: {exc}",
-                f"remove or re-record interaction {index} of {name}",
-            ) from exc
+        except _MALFORMED as exc:
+            raise _malformed(name, index, exc) from exc
     meta = data.get("workbench")
     return interactions, meta if isinstance(meta, dict) else {}
 
@@ -231,6 +239,172 @@ def load_cassette_with_meta(path: Path | str) -> tuple[list[Interaction], dict]:
         raise _invalid(str(path), f"cannot read it: {exc}") from exc
     return parse_cassette_with_meta(text, str(path))
 
+
+# --- streaming a large cassette ------------------------------------------------------------------
+
+_CHUNK = 1 << 20
+_SPACE = " \t\r\n"
+_DECODER = json.JSONDecoder()  # the standard library's, as `parse_cassette_with_meta` reads a cassette
+
+
+class _Reader:
+    """A JSON document read forward in chunks: the text seen so far but not consumed, and the byte
+    offset in the file of that text's first character."""
+
+    def __init__(self, handle, name: str) -> None:
+        import codecs
+
+        self.handle, self.name = handle, name
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.text, self.pos = "", 0
+        self.mark, self.mark_byte = 0, 0  # a character of the text read so far, and its byte in the file
+        self.eof = False
+
+    def _more(self) -> bool:
+        if self.eof:
+            return False
+        chunk = self.handle.read(max(_CHUNK, len(self.text)))  # doubles while one value outgrows it
+        self.eof = not chunk
+        self.byte()  # the mark moves to what is consumed, then that is dropped
+        self.text, self.pos, self.mark = self.text[self.pos:] + self.decoder.decode(chunk, final=self.eof), 0, 0
+        return True
+
+    def peek(self) -> str:
+        """The next character that is not white space ("" at the end)."""
+        while True:
+            while self.pos < len(self.text) and self.text[self.pos] in _SPACE:
+                self.pos += 1
+            if self.pos < len(self.text) or not self._more():
+                return self.text[self.pos:self.pos + 1]
+
+    def expect(self, char: str) -> None:
+        if self.peek() != char:
+            raise ValueError(f"expected {char!r} at byte {self.byte()}")
+        self.pos += 1
+
+    def byte(self) -> int:
+        """The file's byte at the current position (counted from the last one asked: positions only grow)."""
+        self.mark_byte += len(self.text[self.mark:self.pos].encode("utf-8"))
+        self.mark = self.pos
+        return self.mark_byte
+
+    def value(self):
+        """The next JSON value, and its (start, end) bytes in the file."""
+        self.peek()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.text, self.pos)
+            except ValueError:
+                if self._more():
+                    continue  # the value runs past the text read so far
+                raise
+            if end == len(self.text) and not self.eof and self._more():
+                continue  # a number may go on in the next chunk
+            start = self.byte()
+            self.pos = end
+            return value, (start, self.byte())
+
+
+def stream_cassette(path: Path, each) -> dict:
+    """Read a JSON cassette one interaction at a time, calling `each(index, interaction, (start,
+    end))` with the interaction's bytes in the file, so that no more than one interaction and a
+    chunk of text is held at once; returns Workbench's own mapping (`workbench`), empty when
+    absent. The same checks as `parse_cassette_with_meta`, the same WB_CASSETTE_INVALID."""
+    name = str(path)
+    meta, found = {}, False
+    with open(path, "rb") as handle:
+        reader = _Reader(handle, name)
+        try:
+            reader.expect("{")
+            while reader.peek() != "}":
+                key, _ = reader.value()
+                reader.expect(":")
+                if key == "interactions" and reader.peek() == "[":
+                    found = True
+                    reader.expect("[")
+                    index = 0
+                    while reader.peek() != "]":
+                        raw, span = reader.value()
+                        try:
+                            interaction = _interaction(raw)
+                        except _MALFORMED as exc:
+                            raise _malformed(name, index, exc) from exc
+                        each(index, interaction, span)
+                        index += 1
+                        if reader.peek() == ",":
+                            reader.expect(",")
+                    reader.expect("]")
+                else:
+                    value, _ = reader.value()
+                    if key == "workbench" and isinstance(value, dict):
+                        meta = value
+                if reader.peek() == ",":
+                    reader.expect(",")
+            reader.expect("}")
+            if reader.peek() != "":
+                raise ValueError(f"extra data at byte {reader.byte()}")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _invalid(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+        except RecursionError as exc:
+            raise _invalid(name, "nested too deeply to read") from exc
+    if not found:
+        raise _no_interactions(name)
+    return meta
+
+
+def read_interaction(fd: int, span: tuple[int, int]) -> Interaction:
+    """One interaction of a cassette file, from its bytes (`stream_cassette`'s span)."""
+    import os
+
+    start, end = span
+    text = os.pread(fd, end - start, start)
+    try:
+        raw = orjson.loads(text)  # the same values, several times faster
+    except orjson.JSONDecodeError:  # what only the standard library reads: NaN, integers past 64 bits
+        raw = json.loads(text)
+    return _interaction(raw)
+
+
+
+class StreamedInteractions(Sequence):
+    """The interactions of a large cassette file, each read from the file when asked for and not
+    kept: only their places in the file stay in memory (16 bytes each), so replaying 100,000 cases
+    holds one at a time, not the file. The file stays open, so a recording process replacing it
+    meanwhile (a new file, `os.replace`) leaves this one reading the version it indexed."""
+
+    def __init__(self, path: Path, transform) -> None:
+        import os
+        import weakref
+        from array import array
+
+        self._starts, self._ends = array("q"), array("q")
+        self._extra: list[Interaction] = []  # recorded in this session, after the file's
+        self._transform = transform  # what every interaction goes through as it is read (scrubbing)
+
+        def each(index: int, interaction: Interaction, span: tuple[int, int]) -> None:
+            self._starts.append(span[0])
+            self._ends.append(span[1])
+
+        self.meta = stream_cassette(path, each)
+        self._fd = os.open(path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+
+    def __len__(self) -> int:
+        return len(self._starts) + len(self._extra)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[position] for position in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        if index >= len(self._starts):
+            return self._extra[index - len(self._starts)]
+        return self._transform(read_interaction(self._fd, (self._starts[index], self._ends[index])))
+
+    def append(self, interaction: Interaction) -> None:
+        self._extra.append(interaction)
 
 # --- writing -------------------------------------------------------------------------------------
 

@@ -18,8 +18,12 @@ from workbench.replay.cassette import Interaction
 from workbench.wire.canonical import HASH_VERSION, canonical_body, request_hash
 
 
+def _trusted(stored: str | None) -> bool:
+    return isinstance(stored, str) and stored.startswith(HASH_VERSION + ":")
+
+
 def interaction_hash(interaction: Interaction, stored: str | None = None) -> str:
-    if stored and stored.startswith(HASH_VERSION + ":"):
+    if _trusted(stored):
         return stored
     return request_hash(interaction.request.method, interaction.request.uri, interaction.request.body)
 
@@ -29,8 +33,9 @@ class CassetteIndex:
 
     def __init__(self, interactions: list[Interaction], hashes: list[str | None] | None = None) -> None:
         self.interactions = interactions
-        self.hashes = [interaction_hash(item, (hashes or [None] * len(interactions))[index])
-                       for index, item in enumerate(interactions)]
+        # a stored hash spares reading its recording (a streamed cassette reads it from the file)
+        self.hashes = [interaction_hash(interactions[index], stored) if not _trusted(stored) else stored
+                       for index, stored in enumerate(hashes or [None] * len(interactions))]
         self._by_hash: dict[str, list[int]] = defaultdict(list)
         for index, digest in enumerate(self.hashes):
             self._by_hash[digest].append(index)

@@ -15,6 +15,7 @@ the recorder would have scrubbed.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -52,6 +53,7 @@ def _credential_name(name: str, extra: frozenset[str] = frozenset()) -> bool:
     return bool(_CREDENTIAL_END.search(compact)) or compact.startswith(_CREDENTIAL_START)
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of a name, and names repeat on every call and recording
 def is_secret_header(name: str) -> bool:
     """Whether a request or response header carries a credential, a cookie, an organization or a
     project id (`Authorization`, `x-api-key`, `OpenAI-Organization`, `X-Custom-Auth-Token`, …)."""
