@@ -9,6 +9,16 @@ import pytest
 from workbench.demo.fake_server import FakeServer
 from workbench.demo.fake_provider import FakeProvider
 
+try:  # the client environments of .ci/run install no hypothesis
+    from hypothesis import HealthCheck, settings
+except ImportError:
+    pass
+else:
+    # Speed is measured in benchmarks, never asserted: a per-example deadline or a "generation is
+    # too slow" check fails a correct property on a loaded machine (CI runs two suites on 2 cores).
+    settings.register_profile("workbench", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("workbench")
+
 
 @pytest.fixture(scope="session")
 def _fake_server() -> Iterator[FakeServer]:
