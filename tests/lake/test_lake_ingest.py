@@ -15,6 +15,8 @@ from pathlib import Path
 from workbench.store import lake
 from workbench.store.db import open_store
 from workbench.store.ingest import ingest_spools
+from workbench.store.queries import Filters, spend_cube
+from workbench.store.queries._base import rolled_up
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,6 +77,9 @@ def test_three_recording_machines_commit_into_one_lake_and_the_report_reads_exac
     assert len(per_call) == 1 and per_call[0][0] > 0  # the same call, priced by Workbench the same way
     assert cost == 300 * per_call[0][0]
     assert sorted(runs) == [("machine", "ok", 100, 100 * per_call[0][0])] * 3
+    with open_store(lake_db, read_only=True) as con:  # the machines' commits all summed in the daily rollup
+        assert rolled_up(con, Filters())
+        assert spend_cube(con, Filters()).equals(spend_cube(con, Filters(), raw=True))
 
     report = subprocess.run([sys.executable, "-m", "workbench", "report", "cost", "--format", "json"],
                             capture_output=True, text=True, timeout=120, env=os.environ.copy())

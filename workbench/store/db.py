@@ -17,6 +17,7 @@ import duckdb
 from workbench.config import is_lake, work_dir_of
 from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
+from workbench.store.lake import WRITE_TOKEN
 from workbench.store.schema import MIGRATIONS, current_version, migrate
 
 _migrated: set[Path] = set()
@@ -63,7 +64,8 @@ def _foreign(con: duckdb.DuckDBPyConnection) -> list[str]:
     """The tables of a DuckDB file that is not a Workbench store (tables, but no `schema_version`)."""
     tables = [name for (name,) in con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_catalog = current_database()").fetchall()]
-    return [] if "schema_version" in tables else sorted(tables)
+    # a lake's write token alone: another machine making this lake is between its two first commits
+    return [] if "schema_version" in tables or tables == [WRITE_TOKEN] else sorted(tables)
 
 
 def _refuse_foreign(con: duckdb.DuckDBPyConnection, path: Path) -> None:

@@ -275,7 +275,7 @@ def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, 
     con.register("_batch", frame.to_arrow())
     # on an error the transaction is aborted (no unregister possible then); the next register replaces the view
     if kind == "call":  # the daily rollup takes the new calls in this same transaction
-        rollup.add_calls(con, "_batch", only_new=on_lake or not known_new)
+        rollup.add_calls(con, "_batch", only_new=on_lake or not known_new, append=on_lake)
     if on_lake:
         same = " AND ".join(f"{table}.{name} = b.{name}" for name in key)
         if replace:

@@ -115,7 +115,16 @@ def connect(db: Path | str, data_path: str | None) -> duckdb.DuckDBPyConnection:
         options.append("DATA_PATH " + _literal(data_path))
     try:
         con.execute("SET enable_progress_bar = false")  # a slow query must not draw on a command's output
-        con.execute(f"ATTACH {_literal(url)} AS {alias} ({', '.join(options)})")
+        for attempt in range(5):
+            try:
+                con.execute(f"ATTACH {_literal(url)} AS {alias} ({', '.join(options)})")
+                break
+            except duckdb.Error as exc:
+                # machines attaching a new lake at once race to create its catalog tables: the
+                # loser finds them made, and attaches the lake the winner created
+                if "duplicate key" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(random.uniform(0.05, 0.2))
     except duckdb.Error as exc:
         con.close()
         raise _unreachable(url, exc, data_path) from exc

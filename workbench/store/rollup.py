@@ -77,14 +77,20 @@ def _merged(rows: str) -> str:
             + f" FROM ({rows}) GROUP BY ALL")
 
 
-def add_calls(con: duckdb.DuckDBPyConnection, batch: str, only_new: bool) -> None:
+def add_calls(con: duckdb.DuckDBPyConnection, batch: str, only_new: bool, append: bool = False) -> None:
     """Fold the calls of the registered relation `batch` into the rollup, inside the caller's
     transaction, before they are inserted. `only_new`: leave out those already stored (the insert
     will ignore them); else the caller knows none is. The days the batch touches are summed again
-    with what the rollup held for them, so it keeps one row per group whatever the batches."""
+    with what the rollup held for them, so it keeps one row per group whatever the batches.
+    `append` (a lake): the batch's sums are added as rows of their own instead, because machines
+    committing at once may add to the same day, and a lake refuses two transactions where one
+    deleted rows the other also changed; readers sum the rows of a group either way."""
     # a batch's times may still be text (the insert casts them): cast as the insert does
     source = f"(SELECT * REPLACE (CAST(b.started_at AS TIMESTAMPTZ) AS started_at) FROM {batch} b" + (
         " WHERE NOT EXISTS (SELECT 1 FROM calls s WHERE s.call_id = b.call_id))" if only_new else ")")
+    if append:
+        con.execute(f"INSERT INTO call_rollup BY NAME {aggregate(source)}")
+        return
     merged = con.sql(f"""
         WITH delta AS ({aggregate(source)})
         {_merged(f"SELECT * FROM call_rollup r WHERE EXISTS (SELECT 1 FROM delta d WHERE d.day_n IS NOT DISTINCT FROM r.day_n) "

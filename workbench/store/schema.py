@@ -4,6 +4,7 @@ out of the hot aggregate tables, so ingestion and dashboards stay fast."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime, timezone
 
 import duckdb
@@ -304,6 +305,10 @@ def migrate(con: duckdb.DuckDBPyConnection, target: int | None = None) -> int:
         )
     for number, (name, sql) in enumerate(MIGRATIONS[version:target], start=version + 1):
         con.execute("BEGIN TRANSACTION")
+        if on_lake and current_version(con) >= number:  # another machine applied it since we looked
+            con.execute("ROLLBACK")
+            version = number
+            continue
         try:
             if on_lake:
                 lake.claim_write(con)
@@ -313,7 +318,8 @@ def migrate(con: duckdb.DuckDBPyConnection, target: int | None = None) -> int:
             )
             con.execute("COMMIT")
         except Exception:
-            con.execute("ROLLBACK")
-            raise
+            with contextlib.suppress(duckdb.Error):  # a failed COMMIT (a lake's conflict) ended it already
+                con.execute("ROLLBACK")
+            raise  # the conflict itself, which the lake's `retrying` recognizes
         version = number
     return version
