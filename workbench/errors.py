@@ -16,6 +16,7 @@ CODES: dict[str, str] = {
     "WB_MODEL_UNRESOLVED": "no model was given by the call, the prompt or the gateway default",
     "WB_CASSETTE_INVALID": "a cassette file cannot be read as a vcrpy cassette",
     "WB_CASSETTE_NOT_FOUND": "a cassette file or folder does not exist",
+    "WB_CASSETTE_UNWRITABLE": "a recording cannot be written to its cassette: a full disk, a read-only folder, permissions",
     "WB_CASSETTE_SECRET": "a cassette holds a value that looks like a secret",
     "WB_REPLAY_MISS": "replay mode got a request that the cassette has no recording for",
     "WB_NETWORK_BLOCKED": "a test under --block-network tried to connect to a host it does not allow",

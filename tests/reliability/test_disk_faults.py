@@ -5,6 +5,8 @@ write."""
 
 from __future__ import annotations
 
+import json
+
 from reliability.faults import count, in_namespace
 
 APP = r"""
@@ -65,6 +67,47 @@ def test_a_store_on_a_full_disk_loses_nothing_and_resumes_when_space_returns(tmp
     assert count(tmp_path / "store.duckdb", "SELECT count(*) FROM calls") == 120  # every one, once
     assert count(tmp_path / "store.duckdb", "SELECT count(DISTINCT call_id) FROM calls") == 120
     assert '"calls": 120' in (tmp_path / "after.out").read_text()
+
+
+RECORDING_APP = r"""
+import os, sys, openai, workbench
+url, cassette = sys.argv[1], sys.argv[2]
+client = openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0,
+                       http_client=workbench.http_client(cassette=cassette, mode="record"))
+def ask(index):
+    reply = client.chat.completions.create(model="wbt-gpt", messages=[{"role": "user", "content": f"call {index}"}])
+    assert reply.choices[0].message.content
+for index in range(5):
+    ask(index)                      # the cassette's disk is full: each call still returns
+print("calls ok while full")
+os.remove("disk/filler")           # space returns
+ask(5)
+client.close()
+workbench.flush()
+print("app ok")
+"""
+
+
+def test_a_cassette_on_a_full_disk_never_breaks_the_app_and_loses_no_recording(tmp_path, mount_namespace, fake_url):
+    (tmp_path / "app.py").write_text(RECORDING_APP)
+    script = f"""
+    mkdir -p disk && mount -t tmpfs -o size=1m tmpfs disk && mkdir disk/cassettes
+    head -c $(( $(df --output=avail -B1 disk | tail -1) )) /dev/zero > disk/filler 2>/dev/null || true
+    $PY app.py {fake_url} disk/cassettes/chat.json 2> app.err
+    cp disk/cassettes/chat.json chat.json
+    """
+    result = in_namespace(mount_namespace, script, cwd=tmp_path,
+                          env={"WORKBENCH_DB": str(tmp_path / "wb.duckdb"), "WORKBENCH_MODELS": "none.toml"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "calls ok while full" in result.stdout and "app ok" in result.stdout
+    errors = (tmp_path / "app.err").read_text()
+    assert "Traceback" not in errors, errors
+    assert errors.count("WB_CASSETTE_UNWRITABLE") == 1 and "No space left" in errors, errors  # said once
+    # what could not be written waited for the space: all six recordings, once each, in order
+    interactions = json.loads((tmp_path / "chat.json").read_text())["interactions"]
+    prompts = [json.loads(item["request"]["body"])["messages"][0]["content"] for item in interactions]
+    assert prompts == [f"call {index}" for index in range(6)]
+    assert count(tmp_path / "wb.duckdb", "SELECT count(*) FROM calls") == 6
 
 
 def test_reports_read_a_store_on_a_read_only_file_system(tmp_path, mount_namespace, fake_url):

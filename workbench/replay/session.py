@@ -12,6 +12,7 @@ import atexit
 import gc
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -40,6 +41,7 @@ SAVE_SHARE = 10  # ... and at most every SAVE_SHARE x the last save's duration, 
 # one replay run: this process, or every worker of one pytest-xdist run
 _RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}-{int(datetime.now(timezone.utc).timestamp())}"
 _open: weakref.WeakSet[Cassette] = weakref.WeakSet()
+log = logging.getLogger("workbench.replay")
 
 
 def _working(cassette: Path, folder: str, suffix: str, work_dir: Path | None = None) -> Path:
@@ -116,6 +118,7 @@ class Cassette:
             if collecting:
                 gc.enable()
         self._new: list[Interaction] = []
+        self._save_failure_logged = False
         # the file as this session last wrote it: (its stat, its recordings, their hashes, their JSON
         # text); while the file is still that one, a save appends to these instead of reading,
         # scrubbing and encoding it again
@@ -172,10 +175,12 @@ class Cassette:
             every = max(SAVE_EVERY_S, SAVE_SHARE * self._save_took)
             due = len(self.index.interactions) <= SAVE_EACH_UP_TO or time.monotonic() - self._saved_at >= every
         if due:
-            self.save()
+            self.save_or_log()
 
     def save(self) -> None:
-        """Merge what this process recorded into the file on disk, atomically, under a lock."""
+        """Merge what this process recorded into the file on disk, atomically, under a lock. A file
+        that cannot be written (a full disk, a read-only folder) is WB_CASSETTE_UNWRITABLE, and
+        what was not written stays in memory for the next save."""
         with self._lock:
             new, self._new = self._new, []
             self._saved_at = time.monotonic()
@@ -185,8 +190,28 @@ class Cassette:
         started = time.monotonic()
         try:
             self._merge(new)
+        except OSError as exc:
+            with self._lock:
+                self._new[:0] = new
+            raise WorkbenchError(
+                "WB_CASSETTE_UNWRITABLE",
+                f"{len(self._new)} new recordings could not be written to {self.path}: {exc.strerror or exc}",
+                "free space on that disk or make the folder writable; the next save (the next recording, "
+                "closing the client, the process's exit) writes them",
+            ) from exc
         finally:
             self._save_took = time.monotonic() - started
+
+    def save_or_log(self) -> None:
+        """`save()` for the application's own path (a recorded call, a client closing, the
+        process exiting), which recording must never break: a failure is logged once per cassette
+        and the recordings stay pending."""
+        try:
+            self.save()
+        except WorkbenchError as exc:
+            if not self._save_failure_logged:
+                self._save_failure_logged = True
+                log.warning("workbench: %s", exc)
 
     def _merge(self, new: list[Interaction]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -305,6 +330,8 @@ def _save_all() -> None:
     for cassette in list(_open):
         try:
             cassette.save()
+        except WorkbenchError as exc:  # the last chance: said even if a save failed before
+            log.warning("workbench: %s", exc)
         except Exception:  # noqa: BLE001 - never fail an exiting process
             pass
     try:

@@ -272,7 +272,7 @@ def build(httpx: ModuleType):
             )
 
         def close(self) -> None:
-            self.cassette.save()
+            self.cassette.save_or_log()
             self.inner.close()
 
     class AsyncReplayTransport(httpx.AsyncBaseTransport):
@@ -299,7 +299,7 @@ def build(httpx: ModuleType):
             )
 
         async def aclose(self) -> None:
-            self.cassette.save()
+            self.cassette.save_or_log()
             await self.inner.aclose()
 
     return ReplayTransport, AsyncReplayTransport
