@@ -74,6 +74,7 @@ def eval_run(
             "WB_EVAL_RECORDING", "WORKBENCH_EVAL_RECORD=1 is set, and the gate never records: nothing was run",
             "unset WORKBENCH_EVAL_RECORD to gate, or pass --record-baseline to record",
         )
+    _stand_by_ingester()
     outcomes, refused = [], []
     loaded = _suites(suites or [], evals)
     gc.freeze()  # what is loaded so far lives to the end: no collection scans it again
@@ -101,6 +102,18 @@ def eval_run(
         if outcome.recorded:
             (console if fmt == "table" else err_console).print(f"recorded {outcome.eval_run.suite.baseline_path}")
     _fail_with(refused + [outcome.error for outcome in outcomes if outcome.error is not None])
+
+
+def _stand_by_ingester() -> None:
+    """The results reach the store through the ingester the exit hands them to: started now, its
+    start-up runs beside the eval's, and the results are in the store sooner after the gate answers."""
+    from workbench.capture import recorder
+
+    try:
+        if recorder().settings.capture:
+            recorder().spool.stand_by()
+    except Exception:  # noqa: BLE001 - recording never breaks the command: the exit starts one instead
+        pass
 
 
 def _fail_with(errors: list[WorkbenchError]) -> None:
