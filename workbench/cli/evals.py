@@ -106,9 +106,14 @@ def eval_run(
 
 def _stand_by_ingester() -> None:
     """The results reach the store through the ingester the exit hands them to: started now, its
-    start-up runs beside the eval's, and the results are in the store sooner after the gate answers."""
+    start-up runs beside the eval's, and the results are in the store sooner after the gate answers.
+    Only when the command is the whole process: an app invoked in a longer-lived one (a test's
+    CliRunner) would keep one idle for as long as that process lives."""
     from workbench.capture import recorder
+    from workbench.cli import core
 
+    if not core.whole_process:
+        return
     try:
         if recorder().settings.capture:
             recorder().spool.stand_by()
