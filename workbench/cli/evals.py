@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
@@ -34,9 +35,12 @@ def _suites(names: list[str], evals: Path):
 
 
 def _progress(total: int, label: str):
+    """A progress bar on a terminal; elsewhere (CI, a pipe) none, and none of its imports."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext(), None
     from rich.progress import Progress
 
-    progress = Progress(console=err_console, transient=True, disable=not sys.stderr.isatty())
+    progress = Progress(console=err_console, transient=True)
     task = progress.add_task(escape(label), total=total)  # a suite's name is text, not markup
     return progress, lambda: progress.advance(task)
 
