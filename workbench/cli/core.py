@@ -216,7 +216,14 @@ def finite(value: float | None) -> float | None:
     return value
 
 
+# True when this process runs one command and ends with it (`main`, the `workbench` executable), not
+# when a caller invokes the app in its own process (a test's CliRunner, which outlives the command)
+whole_process = False
+
+
 def main() -> None:
+    global whole_process
+    whole_process = True
     # a command allocates millions of short-lived objects and hardly any cycles: collect rarely, as
     # mypy does (a 1,000-case eval: 200 young collections become 8, about 0.3 s less CPU)
     gc.set_threshold(20_000, 20, 20)

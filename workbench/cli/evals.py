@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
@@ -34,9 +35,12 @@ def _suites(names: list[str], evals: Path):
 
 
 def _progress(total: int, label: str):
+    """A progress bar on a terminal; elsewhere (CI, a pipe) none, and none of its imports."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext(), None
     from rich.progress import Progress
 
-    progress = Progress(console=err_console, transient=True, disable=not sys.stderr.isatty())
+    progress = Progress(console=err_console, transient=True)
     task = progress.add_task(escape(label), total=total)  # a suite's name is text, not markup
     return progress, lambda: progress.advance(task)
 
@@ -74,6 +78,7 @@ def eval_run(
             "WB_EVAL_RECORDING", "WORKBENCH_EVAL_RECORD=1 is set, and the gate never records: nothing was run",
             "unset WORKBENCH_EVAL_RECORD to gate, or pass --record-baseline to record",
         )
+    _stand_by_ingester()
     outcomes, refused = [], []
     loaded = _suites(suites or [], evals)
     gc.freeze()  # what is loaded so far lives to the end: no collection scans it again
@@ -101,6 +106,23 @@ def eval_run(
         if outcome.recorded:
             (console if fmt == "table" else err_console).print(f"recorded {outcome.eval_run.suite.baseline_path}")
     _fail_with(refused + [outcome.error for outcome in outcomes if outcome.error is not None])
+
+
+def _stand_by_ingester() -> None:
+    """The results reach the store through the ingester the exit hands them to: started now, its
+    start-up runs beside the eval's, and the results are in the store sooner after the gate answers.
+    Only when the command is the whole process: an app invoked in a longer-lived one (a test's
+    CliRunner) would keep one idle for as long as that process lives."""
+    from workbench.capture import recorder
+    from workbench.cli import core
+
+    if not core.whole_process:
+        return
+    try:
+        if recorder().settings.capture:
+            recorder().spool.stand_by()
+    except Exception:  # noqa: BLE001 - recording never breaks the command: the exit starts one instead
+        pass
 
 
 def _fail_with(errors: list[WorkbenchError]) -> None:

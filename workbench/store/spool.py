@@ -70,6 +70,7 @@ class Spool:
         self._ingested_at = time.monotonic()
         self._ingester: subprocess.Popen | None = None
         self._ingest_took = 0.0  # seconds the last detached ingester ran (as the spool thread saw it end)
+        self._standby: subprocess.Popen | None = None  # the exit's ingester, started early (`stand_by`)
 
     # called from any thread, on the application's path: hand over, nothing more
     def append(self, kind: str, row: dict) -> None:
@@ -151,6 +152,40 @@ class Spool:
             self._ingester, self._ingester_started = _ingest_detached(self.db_path, self.spool_dir), time.monotonic()
         except OSError as exc:
             self._fail("ingest", exc)
+
+    def stand_by(self) -> None:
+        """Start the ingester the exit will need now, idle until the exit hands it this process's
+        file: its start-up (an interpreter, DuckDB, polars: most of what it costs for a small batch)
+        runs while the process works, not after it ends. A process that dies first (killed) or has
+        nothing to ingest sends it nothing: it ends without touching the store, and the spool stays
+        for the next ingestion."""
+        if self._standby is not None:
+            return
+        try:
+            self._standby = _ingest_detached(self.db_path, self.spool_dir, standby=True)
+        except OSError as exc:
+            self._fail("ingest", exc)
+
+    def _hand_over(self, closed: Path | None) -> bool:
+        """Tell the standing-by ingester to ingest (`closed`: the file handed over); False when
+        there is none or it is gone (the caller starts one)."""
+        standby, self._standby = self._standby, None
+        if standby is None:
+            return False
+        try:
+            standby.stdin.write(f"ingest {closed.name if closed else ''}\n".encode())
+            standby.stdin.close()
+            return standby.poll() is None or standby.returncode == 0
+        except OSError:  # it ended (killed, or failed to start): nothing was handed over
+            return False
+
+    def _dismiss_standby(self) -> None:
+        standby, self._standby = self._standby, None
+        if standby is not None:
+            try:
+                standby.stdin.close()  # end of input without a word: it leaves without ingesting
+            except OSError:
+                pass
 
     def stop(self) -> None:
         """End the background thread (at exit: DuckDB must not run in a thread while Python ends)."""
@@ -249,6 +284,7 @@ def _forked(spool_ref: weakref.ref) -> None:
     if spool is not None:
         spool._lock, spool._write_lock = threading.Lock(), threading.Lock()
         spool._running, spool._thread, spool._file, spool._ingester = False, None, None, None
+        spool._standby = None  # the parent's: only the parent hands it over
 
 
 _spools: dict[tuple[Path, Path], Spool] = {}
@@ -290,21 +326,34 @@ def _flush_at_exit() -> None:
         try:
             spool.flush(ingest=False)
             if spool._to_ingest or spool._ingester is not None:
-                _ingest_detached(spool.db_path, spool.spool_dir, spool.close_file())
+                closed = spool.close_file()
+                if not spool._hand_over(closed):
+                    _ingest_detached(spool.db_path, spool.spool_dir, closed)
+            else:
+                spool._dismiss_standby()
         except Exception:  # noqa: BLE001 - never fail an exiting application
             pass
 
 
-def _ingest_detached(db_path: Path, spool_dir: Path, closed: Path | None = None) -> subprocess.Popen:
+_INGEST_CODE = "import sys; from workbench.store.ingest import ingest_spools; ingest_spools(sys.argv[1], sys.argv[2], " \
+               "closed=sys.argv[3:])"
+# standing by: imported, then one line from its parent, `ingest [FILE]`; end of input without it
+# (the parent was killed, or had nothing to ingest) ends it without touching the store
+_STANDBY_CODE = "import sys; from workbench.store.ingest import ingest_spools; words = sys.stdin.readline().split(); " \
+                "words[:1] == ['ingest'] and ingest_spools(sys.argv[1], sys.argv[2], closed=words[1:])"
+
+
+def _ingest_detached(db_path: Path, spool_dir: Path, closed: Path | None = None,
+                     standby: bool = False) -> subprocess.Popen:
     """An ingester of its own session. `closed`: the exiting process's file, handed over so that the
     ingester removes it once read, though the process may still be exiting (it was left behind,
-    read to its end, for the next ingester to find its writer gone)."""
-    code = "import sys; from workbench.store.ingest import ingest_spools; ingest_spools(sys.argv[1], sys.argv[2], " \
-           "closed=sys.argv[3:])"
+    read to its end, for the next ingester to find its writer gone). `standby`: one that waits for
+    its parent's word on its input (`Spool.stand_by`)."""
     return subprocess.Popen(
-        [sys.executable, "-c", code, str(db_path), str(spool_dir), *([closed.name] if closed else [])],
+        [sys.executable, "-c", _STANDBY_CODE if standby else _INGEST_CODE, str(db_path), str(spool_dir),
+         *([closed.name] if closed else [])],
         start_new_session=True,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.PIPE if standby else subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
 
 
