@@ -59,7 +59,7 @@ def infer(run_calls: list[Judged], texts: dict[str, str], outputs: list[tuple[in
     for position, after in enumerate(ordered):
         if not after.judge or not after.fp.blocks:
             continue
-        before = _predecessor(ordered[:position], after)
+        before = _predecessor(ordered, position, after)
         if before is None:
             continue
         event = _compared(before, after, texts.get(after.call_id), sources)
@@ -68,12 +68,15 @@ def infer(run_calls: list[Judged], texts: dict[str, str], outputs: list[tuple[in
     return found
 
 
-def _predecessor(earlier: list[Judged], after: Judged) -> Judged | None:
+def _predecessor(ordered: list[Judged], position: int, after: Judged) -> Judged | None:
+    """A among the calls before `position` (walked back in place: a run's calls outside any run are
+    a cache life of a lineage's traffic, too many to copy for every call)."""
     lead = after.fp.blocks[:after.fp.lead]
     mine = set(_messages(after))
     fallback = None
     looked = 0
-    for call in reversed(earlier):
+    for index in range(position - 1, -1, -1):
+        call = ordered[index]
         if call.fp.blocks[:call.fp.lead] != lead or call.fp.lead != after.fp.lead:
             continue
         looked += 1
