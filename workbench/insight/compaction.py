@@ -23,12 +23,11 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from workbench.insight.prefix import ASSISTANT
-from workbench.insight.verdicts import Judged
+from workbench.insight.verdicts import RUN_LOOKBACK, Judged
 
 # how far a reported event may sit outside the A..B window on the application's clock
 _SLACK_US = 2_000_000
 _SUMMARY_PROBE = 120  # characters of a candidate summary looked for in the next request
-_LOOKBACK = 64  # earlier calls with the same lead looked at for A (calls outside runs share a group)
 
 
 @dataclass(slots=True)
@@ -80,7 +79,7 @@ def _predecessor(ordered: list[Judged], position: int, after: Judged) -> Judged 
         if call.fp.blocks[:call.fp.lead] != lead or call.fp.lead != after.fp.lead:
             continue
         looked += 1
-        if looked > _LOOKBACK:
+        if looked > RUN_LOOKBACK:
             break
         if mine & set(_messages(call)):
             return call

@@ -13,7 +13,6 @@ the state explains as deep as they could have been (`expired`)."""
 from __future__ import annotations
 
 import json
-from array import array
 from collections import defaultdict
 from datetime import datetime, timezone
 
@@ -319,27 +318,11 @@ def _prefix_frame(captured: pl.DataFrame | None, batch: dict[str, dict], mine: d
     ids = frame["call_id"].to_list()
     added = pl.DataFrame({
         "lineage": [batch[i]["lineage"] if i in batch else None for i in ids],
+        "keys": [mine[i].keys if i in mine else None for i in ids],
         "diff": [diffs.get(i) for i in ids],
-    }, schema={"lineage": pl.Utf8, "diff": pl.Utf8})
-    return frame.with_columns(*added, _int_lists("keys", [mine[i].keys if i in mine else None for i in ids]),
-                              _int_lists("written", [mine[i].written if i in mine else None for i in ids]))
-
-
-def _int_lists(name: str, rows: list[list[int] | None]) -> pl.Series:
-    """A column of lists of 64-bit integers, from its values and offsets: a tenth of the CPU of polars
-    converting each list (and no pandas, which pyarrow's conversion of Python values imports)."""
-    import pyarrow as pa
-
-    flat, offsets, valid = array("q"), array("i", [0]), bytearray((len(rows) + 7) // 8)
-    for index, row in enumerate(rows):
-        if row is not None:
-            flat.extend(row)
-            valid[index // 8] |= 1 << (index % 8)
-        offsets.append(len(flat))
-    values = pa.Array.from_buffers(pa.int64(), len(flat), [None, pa.py_buffer(flat)])
-    lists = pa.Array.from_buffers(pa.list_(pa.int64()), len(rows), [pa.py_buffer(valid), pa.py_buffer(offsets)],
-                                  children=[values])
-    return pl.Series(name, lists)
+        "written": [mine[i].written if i in mine else None for i in ids],
+    }, schema={"lineage": pl.Utf8, "keys": pl.List(pl.Int64), "diff": pl.Utf8, "written": pl.List(pl.Int64)})
+    return frame.with_columns(added)
 
 
 _COMPACTION_SCHEMA = {

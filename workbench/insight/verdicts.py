@@ -41,6 +41,7 @@ wrote, else the estimate) been read; a write is wasted when no later hit reads i
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -51,6 +52,7 @@ HIT, COLD, EXPIRED, CHANGED, BELOW, NOT_REQUESTED, UNEXPLAINED = (
     "hit", "cold", "expired", "prefix_changed", "below_minimum", "not_requested", "unexplained")
 VERDICTS = (HIT, COLD, EXPIRED, CHANGED, BELOW, NOT_REQUESTED, UNEXPLAINED)
 _US = 1_000_000
+RUN_LOOKBACK = 64  # earlier calls with the same lead a compaction's first call is compared with
 
 # the shortest prefix each provider caches, by model name (first match); a registry row's
 # `cache_min_tokens` wins. Anthropic documents 1024-4096 by model; OpenAI 1024.
@@ -190,7 +192,15 @@ class Lineage:
         self.by_lead = {key: call for key, call in self.by_lead.items() if call.clock >= since}
         runs = {}
         for run, calls in self.runs.items():
-            kept = [call for call in calls if call.clock >= since]
+            # a compaction looks back at the latest 64 calls of its run with its lead: no more are kept
+            seen: dict[tuple[int, ...], int] = defaultdict(int)
+            kept = []
+            for call in reversed(calls):
+                lead = tuple(call.fp.blocks[:call.fp.lead])
+                seen[lead] += 1
+                if call.clock >= since and seen[lead] <= RUN_LOOKBACK:
+                    kept.append(call)
+            kept.reverse()
             if kept:
                 runs[run] = kept
                 for call in kept:
