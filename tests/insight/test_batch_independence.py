@@ -1,10 +1,9 @@
 """Insight's verdicts and compactions do not depend on how ingestion cut the traffic into batches:
 the same spool ingested call by call, a few calls a batch, or all at once, gives the same rows.
 
-One known exception, pinned here so a change to it is seen: a batch judges its calls against the
-calls stored within the longest cache life before it, so an entry whose last use is older than that
-is found by the lookup of older entries, which names the call that last used it; a batch whose
-window holds the whole entry (one batch of everything) names the call that first wrote it.
+Each lineage's cache state is carried from one batch to the next (in the store, with the batch's
+rows), so an expired entry is named by the call that made it at every batch size, as one batch of
+everything names it; a batch that arrives out of clock order is judged by replaying the stored calls.
 
 The traffic is what the recorder spools for real-shaped exchanges (parsed by the wire layer, the
 prefix record captured from the request bytes): conversations over a shared system prompt long
@@ -22,7 +21,7 @@ import duckdb
 import pytest
 
 from workbench.capture.recorder import _CALL_BODY_FIELDS
-from workbench.insight import prefix
+from workbench.insight import carried, prefix
 from workbench.store.ingest import ingest_spools
 from workbench.store.spool import Spool
 from workbench.wire import Exchange, parse_exchange
@@ -110,13 +109,45 @@ def test_small_batches_give_the_verdicts_and_compactions_of_one_batch(tmp_path, 
     assert {verdict for _, verdict, *_ in whole["verdicts"]} >= {"hit", "expired"}
     assert any(row[4] for row in whole["verdicts"])  # a hit names the call whose entry it read
     assert len(whole["compactions"]) == 1 and whole["reads"]
-    small = _ingest(tmp_path / "small", calls, batch)
-    first_write, last_use = (records[1][1]["call_id"] for records in (calls[0], calls[EXPIRED - 1]))
-    for one, other in zip(whole["verdicts"], small["verdicts"], strict=True):
-        if one[1] == "expired":  # the exception above
-            assert (one[0], one[4]) == (calls[EXPIRED][1][1]["call_id"], first_write)
-            assert other[4] in (first_write, last_use)  # the last use when its batch loaded no call of the entry
-            one, other = one[:4] + one[5:], other[:4] + other[5:]
-        assert one == other
-    assert {name: rows for name, rows in small.items() if name != "verdicts"} == {
-        name: rows for name, rows in whole.items() if name != "verdicts"}
+    expired = next(row for row in whole["verdicts"] if row[0] == calls[EXPIRED][1][1]["call_id"])
+    assert expired[1:2] + expired[4:5] == ("expired", calls[0][1][1]["call_id"])  # named by the call that made it
+    assert _ingest(tmp_path / "small", calls, batch) == whole
+
+
+def test_a_new_process_judges_from_the_state_in_the_store(tmp_path):
+    """An ingester that did not write the lineage's state (a new process) reads it from the store
+    and gives the same rows as the one that kept it in memory."""
+    calls = _traffic()
+    whole = _ingest(tmp_path / "whole", calls, len(calls))
+    db, spool_dir = tmp_path / "fresh" / "wb.duckdb", tmp_path / "fresh" / "spool"
+    spool = Spool(db, spool_dir, flush_interval_s=3600)
+    for start in range(0, len(calls), 5):
+        for records in calls[start:start + 5]:
+            for kind, row in records:
+                spool.append(kind, row)
+        spool.flush(ingest=False)
+        carried._held.clear()  # what a new ingester process holds
+        ingest_spools(db, spool_dir)
+    assert _derived(db) == whole
+    with duckdb.connect(str(db), read_only=True) as con:
+        states = con.execute("SELECT lineage, last_call_id FROM insight_lineages").fetchall()
+    assert [last for _, last in states] == [calls[-1][1][1]["call_id"]]  # one lineage, at its latest call
+
+
+def test_a_batch_older_than_its_lineage_state_is_replayed(tmp_path):
+    """Traffic that reaches the store out of clock order (a late spool): the late batch is judged by
+    replaying the stored calls around it, and every call gets the verdict, prefix keys and compaction
+    it gets in clock order."""
+    calls = _traffic()
+    whole = _ingest(tmp_path / "whole", calls, len(calls))
+    db, spool_dir = tmp_path / "late" / "wb.duckdb", tmp_path / "late" / "spool"
+    spool = Spool(db, spool_dir, flush_interval_s=3600)
+    for part in (calls[:EXPIRED + 1], calls[EXPIRED + 4:], calls[EXPIRED + 1:EXPIRED + 4]):  # the last part late
+        for records in part:
+            for kind, row in records:
+                spool.append(kind, row)
+        spool.flush(ingest=False)
+        ingest_spools(db, spool_dir)
+    late = _derived(db)
+    assert {name: rows for name, rows in late.items() if name != "reads"} == {
+        name: rows for name, rows in whole.items() if name != "reads"}

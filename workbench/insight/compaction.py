@@ -23,12 +23,11 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from workbench.insight.prefix import ASSISTANT
-from workbench.insight.verdicts import Judged
+from workbench.insight.verdicts import RUN_LOOKBACK, Judged
 
 # how far a reported event may sit outside the A..B window on the application's clock
 _SLACK_US = 2_000_000
 _SUMMARY_PROBE = 120  # characters of a candidate summary looked for in the next request
-_LOOKBACK = 64  # earlier calls with the same lead looked at for A (calls outside runs share a group)
 
 
 @dataclass(slots=True)
@@ -59,7 +58,7 @@ def infer(run_calls: list[Judged], texts: dict[str, str], outputs: list[tuple[in
     for position, after in enumerate(ordered):
         if not after.judge or not after.fp.blocks:
             continue
-        before = _predecessor(ordered[:position], after)
+        before = _predecessor(ordered, position, after)
         if before is None:
             continue
         event = _compared(before, after, texts.get(after.call_id), sources)
@@ -68,16 +67,19 @@ def infer(run_calls: list[Judged], texts: dict[str, str], outputs: list[tuple[in
     return found
 
 
-def _predecessor(earlier: list[Judged], after: Judged) -> Judged | None:
+def _predecessor(ordered: list[Judged], position: int, after: Judged) -> Judged | None:
+    """A among the calls before `position` (walked back in place: a run's calls outside any run are
+    a cache life of a lineage's traffic, too many to copy for every call)."""
     lead = after.fp.blocks[:after.fp.lead]
     mine = set(_messages(after))
     fallback = None
     looked = 0
-    for call in reversed(earlier):
+    for index in range(position - 1, -1, -1):
+        call = ordered[index]
         if call.fp.blocks[:call.fp.lead] != lead or call.fp.lead != after.fp.lead:
             continue
         looked += 1
-        if looked > _LOOKBACK:
+        if looked > RUN_LOOKBACK:
             break
         if mine & set(_messages(call)):
             return call

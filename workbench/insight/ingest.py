@@ -2,10 +2,13 @@
 it is written (`workbench.store.ingest` calls `derive`). Reads go through the named queries of
 `workbench.store.queries.insight`; what it returns is frames, never SQL.
 
-The batch's calls are judged on their lineages' timelines: the calls stored from the longest cache
-life the batch asks for (5 minutes, an hour, a day) before its first call on, plus the batch itself.
-Prefixes that older entries left are looked up once for the calls no loaded entry explains
-(`expired`)."""
+The batch's calls are judged on their lineages' timelines, from the cache state each lineage's
+previous batch left (`workbench.insight.carried`), so the verdicts are those of one batch holding
+all the traffic, whatever the batch sizes. A lineage with no state yet, or whose batch holds a call
+older than its state, is judged by replaying the calls stored from the longest cache life the batch
+asks for (5 minutes, an hour, a day) before its first call on. Prefixes that older entries left
+(before the replayed window, or pruned from the state) are looked up once for the calls no entry in
+the state explains as deep as they could have been (`expired`)."""
 
 from __future__ import annotations
 
@@ -16,10 +19,12 @@ from datetime import datetime, timezone
 import orjson
 import polars as pl
 
+from workbench.insight import carried
 from workbench.insight import compaction as compact
 from workbench.insight.prefix import Fingerprint, fingerprint, region_values
 from workbench.insight.prefix import row as prefix_row
-from workbench.insight.verdicts import CHANGED, COLD, Judged, Lineage, minimum_tokens, price_write
+from workbench.insight.verdicts import (CHANGED, COLD, Judged, Lineage, expire_older, minimum_tokens, older_wanted,
+                                        order, price_write)
 from workbench.models import ModelSpec
 from workbench.store.queries import insight as q
 
@@ -83,22 +88,41 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     if not batch:
         frames = dict(frames)
         return frames, _compactions(con, frames, {}, bodies, None) if "compaction" in frames else {}
-    first = min(row["clock"] for row in batch.values())
-    window = max(row["ttl_s"] or 0 for row in batch.values()) * 1_000_000
-    since = datetime.fromtimestamp((first - window) / 1_000_000, tz=timezone.utc)
-    lineages = sorted({row["lineage"] for row in batch.values()})
-    history = [row for row in q.lineage_history(con, lineages, since).iter_rows(named=True) if row["call_id"] not in batch]
-    by_lineage: dict[str, list[dict]] = defaultdict(list)
-    for row in history:  # rows of their own (iter_rows makes each anew): marked in place
-        row["judge"] = False
-        by_lineage[row["lineage"]].append(row)
+    minimums: dict[tuple[str | None, str | None], int] = {}
+    by_lineage: dict[str, list[Judged]] = defaultdict(list)
     for row in batch.values():
-        by_lineage[row["lineage"]].append({**row, "judge": True})
-    judged = _judge(by_lineage, specs, {})
-    older = _older(con, judged, since)
-    if older:
-        judged = _judge(by_lineage, specs, older)
-    mine = {call.call_id: call for calls_ in judged.values() for call in calls_ if call.judge}
+        by_lineage[row["lineage"]].append(_judged(row, specs, minimums, judge=True))
+
+    def history(lineages: list[str], since: int) -> list[tuple[str, Judged]]:
+        rows = q.lineage_history(con, lineages, carried.micros_time(since)).iter_rows(named=True)
+        return [(row["lineage"], _judged(row, specs, minimums, judge=False)) for row in rows
+                if row["call_id"] not in batch]
+
+    states = carried.load(con, sorted(by_lineage), history)
+    # a lineage with no state yet, or whose batch is not all later than its state, is replayed; calls
+    # at the very instant of the state's latest (a clock of whole seconds, one start) are later
+    replayed = sorted(lineage for lineage, calls in by_lineage.items() if lineage not in states
+                      or min(order(call)[:2] for call in calls) < states[lineage].last[:2])
+    since = None
+    if replayed:
+        first = min(call.clock for lineage in replayed for call in by_lineage[lineage])
+        since = first - max(call.fp.ttl_s for lineage in replayed for call in by_lineage[lineage]) * 1_000_000
+        stored: dict[str, list[Judged]] = defaultdict(list)
+        for lineage, call in history(replayed, since):
+            stored[lineage].append(call)
+        for lineage in replayed:
+            states[lineage] = Lineage()
+            states[lineage].replay(stored[lineage] + by_lineage[lineage])
+    for lineage, lineage_calls in by_lineage.items():
+        if lineage not in replayed:
+            states[lineage].replay(lineage_calls)
+    mine = {call.call_id: call for lineage_calls in by_lineage.values() for call in lineage_calls}
+    _expire_older(con, by_lineage, replayed, since)
+    for call in mine.values():
+        price_write(call)
+    # the calls of the runs the batch touched, per lineage: where its compactions are looked for
+    judged = {lineage: [call for run in {call.run_id for call in lineage_calls} for call in states[lineage].runs[run]]
+              for lineage, lineage_calls in by_lineage.items()}
     diffs = _explain_changes(con, mine, batch, bodies)
     frames = dict(frames)
     frames["call"] = _with_verdicts(calls, mine)
@@ -106,7 +130,11 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     reads = _reads(con, mine)
     if reads is not None:
         frames["cache_read"] = reads
-    superseded = _compactions(con, frames, judged, bodies, since)
+    outputs_since = min(call.started for lineage_calls in judged.values() for call in lineage_calls)
+    superseded = _compactions(con, frames, judged, bodies, carried.micros_time(outputs_since))
+    for state in states.values():
+        state.prune()
+    frames["lineage_state"] = carried.saved(states)
     return frames, superseded
 
 
@@ -123,47 +151,37 @@ def _from_body(call: dict, body: dict | None) -> dict | None:
     return None if found is None else prefix_row(call["call_id"], found, None, None)
 
 
-def _judge(by_lineage: dict[str, list[dict]], specs: dict[str, ModelSpec], older: dict[str, dict[int, str]]
-           ) -> dict[str, list[Judged]]:
-    out = {}
-    minimums: dict[tuple[str | None, str | None], int] = {}
-    for lineage, rows in by_lineage.items():
-        calls = []
-        for row in rows:
-            spec = specs.get(row["price_source"]) if row["price_source"] else None
-            minimum = minimums.get((row["model"], row["price_source"]))
-            if minimum is None:
-                minimum = minimums[(row["model"], row["price_source"])] = minimum_tokens(row["model"], spec)
-            calls.append(Judged(
-                call_id=row["call_id"], run_id=row["run_id"], clock=row["clock"], started=row["started"] or 0,
-                settled=bool(row["settled"]), input_tokens=row["input_tokens"] or 0, read=row["cache_read_tokens"] or 0,
-                write=row["cache_write_tokens"] or 0, write_1h=row["cache_write_1h_tokens"] or 0,
-                output_tokens=row["output_tokens"] or 0, cost_micros=row["cost_micros"], spec=spec,
-                minimum=minimum, fp=_fingerprint_of(row), judge=row["judge"]))
-        state = Lineage(older=older.get(lineage, {}))
-        state.replay(calls)
-        for call in calls:
-            if call.judge:
-                price_write(call)
-        out[lineage] = calls
-    return out
+def _judged(row: dict, specs: dict[str, ModelSpec], minimums: dict, judge: bool) -> Judged:
+    """A call of the batch (`judge`), or a stored one, on its lineage's timeline."""
+    spec = specs.get(row["price_source"]) if row["price_source"] else None
+    minimum = minimums.get((row["model"], row["price_source"]))
+    if minimum is None:
+        minimum = minimums[(row["model"], row["price_source"])] = minimum_tokens(row["model"], spec)
+    return Judged(
+        call_id=row["call_id"], run_id=row["run_id"], clock=row["clock"], started=row["started"] or 0,
+        settled=bool(row["settled"]), input_tokens=row["input_tokens"] or 0, read=row["cache_read_tokens"] or 0,
+        write=row["cache_write_tokens"] or 0, write_1h=row["cache_write_1h_tokens"] or 0,
+        output_tokens=row["output_tokens"] or 0, cost_micros=row["cost_micros"], spec=spec,
+        minimum=minimum, fp=_fingerprint_of(row), judge=judge, keys=[] if judge else list(row["keys"] or []))
 
 
-def _older(con, judged: dict[str, list[Judged]], since: datetime) -> dict[str, dict[int, str]]:
-    """Entries from before the loaded window for the calls no loaded entry explained."""
-    wanted: set[int] = set()
-    lineages = []
-    for lineage, calls in judged.items():
-        keys = {key for call in calls if call.judge and call.verdict in (COLD, CHANGED) for key in call.cum[:call.depth]}
-        if keys:
-            wanted |= keys
-            lineages.append(lineage)
-    if not wanted:
-        return {}
-    found: dict[str, dict[int, str]] = defaultdict(dict)
-    for lineage, key, call_id in q.older_entries(con, lineages, sorted(wanted), since).rows():
-        found[lineage][key] = call_id
-    return dict(found)
+def _expire_older(con, by_lineage: dict[str, list[Judged]], replayed: list[str], since: int | None) -> None:
+    """Entries older than what a lineage's state held (before the replayed window, or pruned from the
+    carried state), for the misses no entry it held explained as deep as they could have been."""
+    carried_ones = sorted(set(by_lineage) - set(replayed))
+    for lineages, before in ((carried_ones, None), (replayed, since)):
+        wanted = {lineage: [call for call in by_lineage[lineage] if older_wanted(call)] for lineage in lineages}
+        wanted = {lineage: calls for lineage, calls in wanted.items() if calls}
+        if not wanted:
+            continue
+        keys = sorted({key for calls in wanted.values() for call in calls for key in older_wanted(call)})
+        found: dict[str, dict[int, str]] = defaultdict(dict)
+        for lineage, key, call_id in q.older_entries(
+                con, sorted(wanted), keys, None if before is None else carried.micros_time(before)).rows():
+            found[lineage][key] = call_id
+        for lineage, calls in wanted.items():
+            for call in calls:
+                expire_older(call, found.get(lineage, {}))
 
 
 def _region_text(wire: str | None, model: str | None, request_json: str | None, index: int) -> str | None:
@@ -282,7 +300,7 @@ _PREFIX_SCHEMA = {
     "call_id": pl.Utf8, "lineage": pl.Utf8, "session": pl.Utf8, "scope": pl.Utf8, "clock_at": pl.Utf8,
     "blocks": pl.List(pl.Int64), "sizes": pl.List(pl.Int32), "kinds": pl.Utf8, "marks": pl.List(pl.Int32),
     "lead": pl.Int32, "base": pl.Int32, "explicit": pl.Boolean, "ttl_s": pl.Int32, "keys": pl.List(pl.Int64),
-    "diff": pl.Utf8,
+    "diff": pl.Utf8, "written": pl.List(pl.Int64),
 }
 
 
@@ -302,7 +320,8 @@ def _prefix_frame(captured: pl.DataFrame | None, batch: dict[str, dict], mine: d
         "lineage": [batch[i]["lineage"] if i in batch else None for i in ids],
         "keys": [mine[i].keys if i in mine else None for i in ids],
         "diff": [diffs.get(i) for i in ids],
-    }, schema={"lineage": pl.Utf8, "keys": pl.List(pl.Int64), "diff": pl.Utf8})
+        "written": [mine[i].written if i in mine else None for i in ids],
+    }, schema={"lineage": pl.Utf8, "keys": pl.List(pl.Int64), "diff": pl.Utf8, "written": pl.List(pl.Int64)})
     return frame.with_columns(added)
 
 

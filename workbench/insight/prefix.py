@@ -248,7 +248,7 @@ def row(call_id: str, found: Fingerprint, clock_at: str | None, session: str | N
     return {"call_id": call_id, "session": session, "scope": found.scope, "clock_at": clock_at,
             "blocks": found.blocks, "sizes": found.sizes, "kinds": found.kinds, "marks": found.marks,
             "lead": found.lead, "base": found.base, "explicit": found.explicit, "ttl_s": found.ttl_s, "lineage": None, "keys": None,
-            "diff": None}
+            "diff": None, "written": None}
 
 
 def captured(call_id: str, wire: str, model: str | None, body: bytes, date: str | None, started_at: str | None,

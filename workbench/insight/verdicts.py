@@ -41,6 +41,7 @@ wrote, else the estimate) been read; a write is wasted when no later hit reads i
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from itertools import accumulate
 
@@ -51,6 +52,7 @@ HIT, COLD, EXPIRED, CHANGED, BELOW, NOT_REQUESTED, UNEXPLAINED = (
     "hit", "cold", "expired", "prefix_changed", "below_minimum", "not_requested", "unexplained")
 VERDICTS = (HIT, COLD, EXPIRED, CHANGED, BELOW, NOT_REQUESTED, UNEXPLAINED)
 _US = 1_000_000
+RUN_LOOKBACK = 64  # earlier calls with the same lead a compaction's first call is compared with
 
 # the shortest prefix each provider caches, by model name (first match); a registry row's
 # `cache_min_tokens` wins. Anthropic documents 1024-4096 by model; OpenAI 1024.
@@ -90,10 +92,12 @@ class Judged:
     cum: list[int] = field(default_factory=list)
     est: list[int] = field(default_factory=list)  # estimated tokens of the prefix at each depth
     keys: list[int] = field(default_factory=list)  # prefix hashes of the entries it left
+    written: list[int] = field(default_factory=list)  # prefix hashes of the entries it made anew
     verdict: str | None = None
     region: int | None = None  # prefix_changed: the index of the first region that differs
     entry_call: str | None = None
     compared: Judged | None = None  # prefix_changed: the call it differs from
+    found: int = -1  # expired: the index of the prefix whose dead entry was found in the lineage's state
     confirm: bool = False  # prefix_changed across conversations: only if the region's text is alike
     miss_micros: int | None = None
     write_micros: int | None = None
@@ -131,21 +135,26 @@ class _Entry:
 
 @dataclass
 class Lineage:
-    """The state of one lineage's cache while its timeline is replayed."""
+    """The state of one lineage's cache while its timeline is replayed. Carried from batch to batch
+    (`workbench.insight.carried`): what a later call can still be judged against is kept, the rest
+    pruned (`prune`); a dead entry pruned is found again in the store (`expire_older`)."""
 
     entries: dict[int, _Entry] = field(default_factory=dict)
     by_prefix: dict[int, Judged] = field(default_factory=dict)  # prefix hash -> latest call that sent it
     by_block: dict[tuple[int, int], Judged] = field(default_factory=dict)  # (index, region hash) -> latest
     by_lead: dict[str, Judged] = field(default_factory=dict)  # the lead's shape -> latest call
-    older: dict[int, str] = field(default_factory=dict)  # entry keys seen before the loaded window -> call
+    runs: dict[str | None, list[Judged]] = field(default_factory=dict)  # each run's calls, in clock order
+    last: tuple[int, int, str] | None = None  # the order key of the latest call replayed
+    ttl_us: int = 0  # the longest entry life among the calls replayed
 
     def replay(self, calls: list[Judged]) -> None:
-        for call in sorted(calls, key=lambda c: (c.clock, c.started, c.call_id)):
+        for call in sorted(calls, key=order):
             if call.judge and call.settled and call.fp.blocks:
                 _judge(self, call)
-            self._remember(call)
+            self._enter(call)
+            self.index(call)
 
-    def _remember(self, call: Judged) -> None:
+    def _enter(self, call: Judged) -> None:
         ttl = call.fp.ttl_s * _US
         for depth in call.cached_depths():
             key = call.cum[depth - 1]
@@ -153,45 +162,103 @@ class Lineage:
             if entry is None or entry.alive_until < call.clock:
                 # a new entry; a write after its end of life is a new entry too
                 self.entries[key] = _Entry(call.clock + ttl, call.call_id)
+                call.written.append(key)
             else:
                 entry.alive_until = call.clock + ttl
             call.keys.append(key)
         if call.keys:
             call.keys = [call.keys[0], call.keys[-1]] if len(call.keys) > 1 else call.keys
+
+    def index(self, call: Judged) -> None:
+        """Make `call` the latest of its prefixes, regions, lead shape and run."""
         self.by_prefix.update(dict.fromkeys(call.cum, call))
         lead = call.fp.lead
         self.by_block.update(dict.fromkeys(enumerate(call.fp.blocks[lead:], lead), call))
         self.by_lead[call.fp.kinds[:lead] + str(len(call.fp.blocks) > lead)] = call
+        self.runs.setdefault(call.run_id, []).append(call)
+        self.last = max(self.last, order(call)) if self.last is not None else order(call)
+        self.ttl_us = max(self.ttl_us, call.fp.ttl_s * _US)
+
+    def prune(self) -> None:
+        """Forget what no later call can be judged against: calls and entries more than the longest
+        life before the latest call (a prefix_changed compares within a life; an entry dead that long
+        is looked up in the store by the call that made it). Every call kept is judged no more."""
+        if self.last is None:
+            return
+        since = self.last[0] - self.ttl_us
+        self.entries = {key: entry for key, entry in self.entries.items() if entry.alive_until >= since}
+        self.by_prefix = {key: call for key, call in self.by_prefix.items() if call.clock >= since}
+        self.by_block = {key: call for key, call in self.by_block.items() if call.clock >= since}
+        self.by_lead = {key: call for key, call in self.by_lead.items() if call.clock >= since}
+        runs = {}
+        for run, calls in self.runs.items():
+            # a compaction looks back at the latest 64 calls of its run with its lead: no more are kept
+            seen: dict[tuple[int, ...], int] = defaultdict(int)
+            kept = []
+            for call in reversed(calls):
+                lead = tuple(call.fp.blocks[:call.fp.lead])
+                seen[lead] += 1
+                if call.clock >= since and seen[lead] <= RUN_LOOKBACK:
+                    kept.append(call)
+            kept.reverse()
+            if kept:
+                runs[run] = kept
+                for call in kept:
+                    call.judge = False
+        self.runs = runs
+
+
+def order(call: Judged) -> tuple[int, int, str]:
+    """Where a call sits on its lineage's timeline."""
+    return call.clock, call.started, call.call_id
 
 
 def _judge(state: Lineage, call: Judged) -> None:
     depth = call.depth
     if call.read > 0:
         call.verdict = HIT
-        call.entry_call = _deepest(state, call, len(call.cum), alive=True)
+        call.entry_call = _deepest(state, call, len(call.cum), alive=True)[1]
         return
     if call.fp.explicit and depth == 0:
         call.verdict = NOT_REQUESTED
     elif call.write == 0 and call.est[depth - 1] < call.minimum:
         call.verdict = BELOW
-    elif (found := _deepest(state, call, depth, alive=True)) is not None:
+    elif (found := _deepest(state, call, depth, alive=True)[1]) is not None:
         call.verdict, call.entry_call = UNEXPLAINED, found
-    elif (found := _deepest(state, call, depth, alive=False)) is not None:
-        call.verdict, call.entry_call = EXPIRED, found
-    elif (found := next((state.older[key] for key in reversed(call.cum[:depth]) if key in state.older), None)):
-        call.verdict, call.entry_call = EXPIRED, found
+    elif (dead := _deepest(state, call, depth, alive=False))[1] is not None:
+        call.verdict, (call.found, call.entry_call) = EXPIRED, dead
     elif not _changed(state, call, depth):
         call.verdict = COLD
     _price(call, depth)
 
 
-def _deepest(state: Lineage, call: Judged, depth: int, alive: bool) -> str | None:
-    """The writer of the deepest entry for a prefix of `call` up to `depth`, alive (or dead) then."""
+def older_wanted(call: Judged) -> list[int]:
+    """The prefixes of a judged miss deeper than any entry its lineage's state held: an entry for
+    one of them, made before what the state holds, would make it expired."""
+    if call.verdict not in (COLD, CHANGED, EXPIRED):
+        return []
+    return call.cum[call.found + 1:call.depth]
+
+
+def expire_older(call: Judged, older: dict[int, str]) -> None:
+    """Expired after all: the deepest of `older_wanted` that an entry the state no longer holds was
+    made for (`older`: prefix hash -> the call that made its latest entry)."""
+    for index in range(call.depth - 1, call.found, -1):
+        writer = older.get(call.cum[index])
+        if writer is not None:
+            call.verdict, call.entry_call, call.found = EXPIRED, writer, index
+            call.compared, call.region, call.confirm = None, None, False
+            return
+
+
+def _deepest(state: Lineage, call: Judged, depth: int, alive: bool) -> tuple[int, str | None]:
+    """The index and writer of the deepest entry for a prefix of `call` up to `depth`, alive (or
+    dead) then; (-1, None) when there is none."""
     for index in range(min(depth, len(call.cum)) - 1, -1, -1):
         entry = state.entries.get(call.cum[index])
         if entry is not None and (entry.alive_until >= call.clock) == alive:
-            return entry.writer
-    return None
+            return index, entry.writer
+    return -1, None
 
 
 def _shared(one: Judged, other: Judged) -> int:
@@ -252,4 +319,4 @@ def price_write(call: Judged) -> None:
         call.expires = call.clock + call.fp.ttl_s * _US
 
 
-__all__ = ["Judged", "Lineage", "VERDICTS", "minimum_tokens", "price_write"]
+__all__ = ["Judged", "Lineage", "VERDICTS", "expire_older", "minimum_tokens", "older_wanted", "order", "price_write"]

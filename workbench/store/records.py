@@ -8,7 +8,7 @@ from typing import Literal
 Kind = Literal[
     "call", "call_body", "run", "run_tag", "span", "span_event", "compaction", "prompt", "model", "eval_run", "eval_result",
     "checkpoint", "cache_hit", "quarantine", "call_prefix", "cache_read",
-    "eval_sample",
+    "eval_sample", "lineage_state",
 ]
 
 # table, primary key, and whether a later record replaces an earlier one with the same key
@@ -32,4 +32,6 @@ TABLES: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "call_prefix": ("call_prefixes", ("call_id",), False),
     "cache_read": ("cache_reads", ("call_id",), False),
     "eval_sample": ("eval_samples", ("eval_run_id", "case_id", "epoch"), True),
+    # insight's cache state of a lineage after its latest batch (written with the batch's rows)
+    "lineage_state": ("insight_lineages", ("lineage",), True),
 }

@@ -275,6 +275,22 @@ MIGRATIONS: list[tuple[str, str]] = [
         # (workbench/store/rollup.py); filled here from the calls already stored
         f"{rollup.TABLE_SQL}\nINSERT INTO call_rollup {rollup.aggregate('calls')};",
     ),
+    (
+        "0012_ingest3_carried_cache_state",
+        """
+        -- the prefix hashes of the cache entries a call made anew (not renewed): an entry dead long
+        -- ago is named by the call that made it, whatever the batches its traffic came in
+        ALTER TABLE call_prefixes ADD COLUMN written BIGINT[];
+        -- each lineage's cache state after its latest batch, written in the batch's transaction:
+        -- the next batch is judged from it instead of replaying the stored calls before it
+        CREATE TABLE insight_lineages (
+            lineage VARCHAR PRIMARY KEY,
+            version VARCHAR,           -- new at every write: a process keeps the state it wrote in memory
+            last_clock BIGINT, last_started BIGINT, last_call_id VARCHAR,  -- the latest call judged (µs)
+            ttl_us BIGINT,             -- the longest entry life among its calls
+            entries VARCHAR);          -- JSON: [prefix hash, alive until µs, the call that made it] each
+        """,
+    ),
 ]
 
 

@@ -21,20 +21,37 @@ def lineage_history(con: duckdb.DuckDBPyConnection, lineages: list[str], since: 
                coalesce(c.settled, false) AS settled, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
                c.cache_write_1h_tokens, c.output_tokens, c.cost_micros, c.price_source,
                coalesce(c.model_requested, c.model_served) AS model, p.blocks, p.sizes, p.kinds, p.marks, p.lead, p.base,
-               p.explicit, p.ttl_s, p.scope
+               p.explicit, p.ttl_s, p.scope, p.keys
         FROM call_prefixes p JOIN calls c USING (call_id)
         WHERE list_contains($lineages, p.lineage) AND p.clock_at >= $since""",
                   {"lineages": lineages, "since": since})
 
 
-def older_entries(con: duckdb.DuckDBPyConnection, lineages: list[str], keys: list[int], before: datetime) -> pl.DataFrame:
-    """For prefix hashes `keys`: the latest stored call before `before` that left a cache entry for
-    one of them, per lineage and key (an entry that long ago has expired)."""
-    return _frame(con, """
+def older_entries(con: duckdb.DuckDBPyConnection, lineages: list[str], keys: list[int],
+                  before: datetime | None) -> pl.DataFrame:
+    """For prefix hashes `keys`: the latest stored call (before `before`, if given) that made a cache
+    entry for one of them anew, per lineage and key (an entry that long ago has expired). Calls
+    stored before insight kept what each made name every entry they left."""
+    return _frame(con, f"""
         SELECT p.lineage, u.k AS key, arg_max(p.call_id, p.clock_at) AS call_id
-        FROM call_prefixes p, unnest(p.keys) AS u(k)
-        WHERE list_contains($lineages, p.lineage) AND p.clock_at < $before AND list_contains($keys, u.k)
-        GROUP BY ALL""", {"lineages": lineages, "keys": keys, "before": before})
+        FROM call_prefixes p, unnest(coalesce(p.written, p.keys)) AS u(k)
+        WHERE list_contains($lineages, p.lineage) {'AND p.clock_at < $before' if before else ''}
+              AND list_contains($keys, u.k)
+        GROUP BY ALL""", {"lineages": lineages, "keys": keys} | ({"before": before} if before else {}))
+
+
+def lineage_states(con: duckdb.DuckDBPyConnection, lineages: list[str]) -> pl.DataFrame:
+    """The cache state each of these lineages carries from its last batch: its version, the order
+    key of its latest call, its longest entry life (not its entries: `lineage_entries`)."""
+    return _frame(con, """
+        SELECT lineage, version, last_clock, last_started, last_call_id, ttl_us
+        FROM insight_lineages WHERE list_contains($lineages, lineage)""", {"lineages": lineages})
+
+
+def lineage_entries(con: duckdb.DuckDBPyConnection, lineages: list[str]) -> pl.DataFrame:
+    """The cache entries these lineages carry (JSON: [prefix hash, alive until µs, writer] each)."""
+    return _frame(con, "SELECT lineage, entries FROM insight_lineages WHERE list_contains($lineages, lineage)",
+                  {"lineages": lineages})
 
 
 def stored_texts(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataFrame:

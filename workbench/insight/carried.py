@@ -1,0 +1,88 @@
+"""Each lineage's cache state, carried from one batch to the next: a batch is judged from the state
+its lineage's latest batch left, not by replaying every stored call within a cache life before it.
+
+The state (`verdicts.Lineage`) is kept in the store, in `insight_lineages`, written in the same
+transaction as the batch's rows: its live entries (each with the call that made it and its end of
+life) and the order key of the latest call judged. What else a later call is judged against (the
+latest call per prefix, region and lead shape; each run's calls for compactions) is the stored calls
+of the last cache life, read back only when a process does not hold the state already: the one
+that wrote it keeps it in memory, known by the version it wrote.
+
+A batch whose calls are not all later than its lineage's state (traffic that arrives out of clock
+order: several recording processes, a late spool) is judged by the replay instead, and its state
+made anew from that replay."""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from datetime import datetime, timezone
+
+import orjson
+import polars as pl
+
+from workbench.insight.verdicts import Judged, Lineage, _Entry
+from workbench.store.queries import insight as q
+
+# states this process wrote, by version; a few hundred lineages (an eval replay is one) at most
+_KEPT = 256
+_held: OrderedDict[str, Lineage] = OrderedDict()
+
+SCHEMA = {"lineage": pl.Utf8, "version": pl.Utf8, "last_clock": pl.Int64, "last_started": pl.Int64,
+          "last_call_id": pl.Utf8, "ttl_us": pl.Int64, "entries": pl.Utf8}
+
+
+def micros_time(micros: int) -> datetime:
+    return datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc)
+
+
+def load(con, lineages: list[str], history) -> dict[str, Lineage]:
+    """The carried state of each of these lineages that has one. `history(lineages, since µs)`: the
+    stored calls (as `Judged`, not to be judged) of those lineages from `since` on, in any order."""
+    states: dict[str, Lineage] = {}
+    missing: dict[str, dict] = {}
+    for row in q.lineage_states(con, lineages).iter_rows(named=True):
+        held = _held.pop(row["version"], None)  # taken: a batch that is not committed leaves it out
+        if held is not None:
+            states[row["lineage"]] = held
+        else:
+            missing[row["lineage"]] = row
+    if not missing:
+        return states
+    since = min(row["last_clock"] - row["ttl_us"] for row in missing.values())
+    calls: dict[str, list[Judged]] = {lineage: [] for lineage in missing}
+    for lineage, call in history(sorted(missing), since):
+        row = missing[lineage]
+        if call.clock >= row["last_clock"] - row["ttl_us"]:
+            calls[lineage].append(call)
+    entries = dict(q.lineage_entries(con, sorted(missing)).rows())
+    for lineage, row in missing.items():
+        state = Lineage()
+        for call in sorted(calls[lineage], key=lambda c: (c.clock, c.started, c.call_id)):
+            state.index(call)
+        state.entries = {key: _Entry(alive_until, writer)
+                         for key, alive_until, writer in orjson.loads(entries.get(lineage) or "[]")}
+        state.last = (row["last_clock"], row["last_started"], row["last_call_id"])
+        state.ttl_us = row["ttl_us"]
+        states[lineage] = state
+    return states
+
+
+def saved(states: dict[str, Lineage]) -> pl.DataFrame:
+    """The rows that carry these (pruned) states to the next batch; this process keeps them too."""
+    rows = []
+    for lineage, state in states.items():
+        if state.last is None:
+            continue
+        version = uuid.uuid4().hex
+        _held[version] = state
+        while len(_held) > _KEPT:
+            _held.popitem(last=False)
+        entries = orjson.dumps([(key, entry.alive_until, entry.writer) for key, entry in state.entries.items()])
+        rows.append({"lineage": lineage, "version": version, "last_clock": state.last[0],
+                     "last_started": state.last[1], "last_call_id": state.last[2], "ttl_us": state.ttl_us,
+                     "entries": entries.decode()})
+    return pl.DataFrame(rows, schema=SCHEMA)
+
+
+__all__ = ["load", "micros_time", "saved"]
