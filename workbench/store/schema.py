@@ -275,6 +275,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         # (workbench/store/rollup.py); filled here from the calls already stored
         f"{rollup.TABLE_SQL}\nINSERT INTO call_rollup {rollup.aggregate('calls')};",
     ),
+    (
+        "0012_dash10m_run_rollup",
+        # the calls summed per run, UTC day and filter value, kept with every write of calls
+        # (workbench/store/rollup.py `RUNS`); filled here from the calls already stored
+        f"{rollup.RUNS.table_sql}\nINSERT INTO call_run_rollup {rollup.RUNS.aggregate('calls')};",
+    ),
 ]
 
 

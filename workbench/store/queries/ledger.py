@@ -20,6 +20,7 @@ import duckdb
 import polars as pl
 
 from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _q, scoped
+from workbench.store.queries.latency import percentiles
 from workbench.store.queries.spend import CALL_MONEY, unknown_when_unpriced
 
 OTHERS = "everything else"
@@ -61,9 +62,11 @@ def tag_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [key for (key,) in con.execute("SELECT DISTINCT key FROM run_tags ORDER BY key").fetchall()]
 
 
-def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str) -> pl.DataFrame:
+def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, raw: bool = False) -> pl.DataFrame:
     """Spend and latency grouped by `by` (a name of `BUILT_IN`, else a tag key; `tag:KEY` forces a tag),
-    most expensive first (time keys: in time order)."""
+    most expensive first (time keys: in time order). The latency percentiles are exact, read in two
+    passes that sort only the calls near each percentile (`latency.percentiles`), unless `raw`
+    (`quantile_cont` over every call): the same figures."""
     extra, params, join = "", {}, ""
     if by in ("model", "provider", "prompt"):
         keys = {"model": f"c.provider AS provider, {_MODEL} AS model", "provider": "c.provider AS provider",
@@ -82,13 +85,18 @@ def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str) -> pl.DataFram
     main = scoped(con, f, "main_currency", lambda: _q(
         con, f, "SELECT coalesce(mode(currency), 'USD') AS currency FROM fc WHERE currency IS NOT NULL"))
     params["main_currency"] = main["currency"][0] if main.height else "USD"
+    group = f"{keys}, coalesce(c.currency, $main_currency) AS currency"
+    quantiles = f"""
+               , quantile_cont({ttfb}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.first_byte_at IS NOT NULL) AS _ttfb,
+               quantile_cont({duration}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.ended_at IS NOT NULL) AS _duration"""
     frame = _q(con, f, f"""{extra}
-        SELECT {keys}, coalesce(c.currency, $main_currency) AS currency,
-               count(*) AS calls, count(*) FILTER (WHERE NOT coalesce(c.settled, false)) AS unsettled,
-               {CALL_MONEY},
-               quantile_cont({ttfb}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.first_byte_at IS NOT NULL) AS _ttfb,
-               quantile_cont({duration}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.ended_at IS NOT NULL) AS _duration
+        SELECT {group}, count(*) AS calls, count(*) FILTER (WHERE NOT coalesce(c.settled, false)) AS unsettled,
+               {CALL_MONEY}{quantiles if raw else ''}
         FROM fc c {join} GROUP BY ALL""", {**params})
+    if not raw:
+        latency = percentiles(con, f, extra, group, join, params)
+        frame = frame.join(latency, on=[name for name in latency.columns if name not in ("_ttfb", "_duration")],
+                           how="left", nulls_equal=True, maintain_order="left")
     if "tag_value" in frame.columns:
         frame = frame.rename({"tag_value": key_columns(by)[0]})
     frame = frame.with_columns(
