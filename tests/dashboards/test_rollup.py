@@ -75,7 +75,7 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
                 assert q.outside_runs_spend(con, f) == q.outside_runs_spend(con, f, raw=True)
                 _same(q.failure_totals(con, f), q.failure_totals(con, f, raw=True))
         for by in ("prompt", "run", "tenant"):  # null keys, the run and tag CTEs (model, day: below)
-            _same(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True))
+            _same(q.spend_by(con, f, by, two_pass=True), q.spend_by(con, f, by, two_pass=False))
 
 
 def _insight(calls: list[dict], draw) -> list[dict]:
@@ -222,4 +222,4 @@ def test_latency_percentiles_in_two_passes_are_quantile_cont(blank_store, data, 
         shutil.copyfile(blank_store, db)
         with open_store(db) as con:
             write_rows(con, "call", rows)
-            _same(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True))
+            _same(q.spend_by(con, f, by, two_pass=True), q.spend_by(con, f, by, two_pass=False))
