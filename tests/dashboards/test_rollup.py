@@ -2,8 +2,7 @@
 on random stores written the ways calls reach a store (ingest of spool files, records written again,
 `store copy`, a migration of an older store), under random filters, every query the pages read from
 them returns exactly what the same query returns from the calls themselves; a filter they cannot
-answer is answered from the calls; and the latency percentiles read in two passes are exactly
-`quantile_cont`'s."""
+answer is answered from the calls."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import contextlib
 import json
 import shutil
 import tempfile
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timezone
 from pathlib import Path
 
 import duckdb
@@ -74,8 +73,6 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
                 _same(q.unstable_prefix_runs(con, f), q.unstable_prefix_runs(con, f, raw=True))
                 assert q.outside_runs_spend(con, f) == q.outside_runs_spend(con, f, raw=True)
                 _same(q.failure_totals(con, f), q.failure_totals(con, f, raw=True))
-        for by in ("prompt", "run", "tenant"):  # null keys, the run and tag CTEs (model, day: below)
-            _same(q.spend_by(con, f, by, two_pass=True), q.spend_by(con, f, by, two_pass=False))
 
 
 def _insight(calls: list[dict], draw) -> list[dict]:
@@ -195,31 +192,3 @@ def test_calls_written_around_the_ingest_turn_the_rollup_off(tmp_path):
     _same(cube, raw)
     assert cube["calls"].sum() == len(fx.CALLS) + 1
 
-
-# latencies (µs) around the histogram's bucket edges: a millisecond, the 10 s where buckets widen, below zero
-LATENCIES = st.one_of(st.integers(998_000, 1_002_000), st.integers(9_998_000, 10_300_000), st.integers(-2_500, 2_500),
-                      st.integers(0, 120_000_000))
-
-
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(data=st.data(), size=st.integers(1, 120), by=st.sampled_from(["model", "prompt", "day"]),
-       f=st.sampled_from([q.Filters(), q.Filters(source="live"), q.Filters(models=("alpha",))]))
-def test_latency_percentiles_in_two_passes_are_quantile_cont(blank_store, data, size, by, f):
-    """Many calls in one bucket, ranks on either side of a bucket's edge, negative and missing
-    latencies: the two-pass percentiles equal `quantile_cont` over every call, to the last bit."""
-    rows = fx.call_rows([(f"c{index}", None, data.draw(st.integers(0, 60 * 24 * 3)),
-                          data.draw(st.sampled_from(["alpha", "beta"])), {"input_tokens": 1},
-                          data.draw(st.sampled_from([("greet", "1"), (None, None)])),
-                          {"replayed": data.draw(st.booleans())}) for index in range(size)])
-    for row in rows:
-        start = datetime.fromisoformat(row["started_at"])
-        for column in ("first_byte_at", "ended_at"):
-            latency = data.draw(st.none() | LATENCIES)
-            row[column] = None if latency is None else (start + timedelta(microseconds=latency)).isoformat()
-    with tempfile.TemporaryDirectory() as folder:
-        db = Path(folder) / "latency.duckdb"
-        shutil.copyfile(blank_store, db)
-        with open_store(db) as con:
-            write_rows(con, "call", rows)
-            _same(q.spend_by(con, f, by, two_pass=True), q.spend_by(con, f, by, two_pass=False))

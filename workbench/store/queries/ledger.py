@@ -20,7 +20,6 @@ import duckdb
 import polars as pl
 
 from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _q, scoped
-from workbench.store.queries.latency import percentiles
 from workbench.store.queries.spend import CALL_MONEY, unknown_when_unpriced
 
 OTHERS = "everything else"
@@ -33,7 +32,6 @@ BUILT_IN: dict[str, tuple[str, ...]] = {
 SUMS = ("calls", "unsettled", "replayed_calls", "priced_calls", "unpriced_calls", "input_tokens",
         "cache_read_tokens", "cache_write_tokens", "output_tokens", "cost_micros", "replayed_priced_calls",
         "replayed_unpriced_calls", "replayed_cost_micros")
-TWO_PASS_FROM = 4_000_000  # calls in the store from which `spend_by` reads latency in two passes
 LATENCY = ("ttfb_p50_ms", "ttfb_p95_ms", "ttfb_p99_ms", "duration_p50_ms", "duration_p95_ms", "duration_p99_ms")
 
 _ROOTS = """
@@ -63,11 +61,9 @@ def tag_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [key for (key,) in con.execute("SELECT DISTINCT key FROM run_tags ORDER BY key").fetchall()]
 
 
-def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, two_pass: bool | None = None) -> pl.DataFrame:
+def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str) -> pl.DataFrame:
     """Spend and latency grouped by `by` (a name of `BUILT_IN`, else a tag key; `tag:KEY` forces a tag),
-    most expensive first (time keys: in time order). The latency percentiles are exact either way:
-    `quantile_cont` over every call, or (`two_pass`; by default on a store of `TWO_PASS_FROM` calls
-    or more, where sorting every call costs more than reading them twice) `latency.percentiles`."""
+    most expensive first (time keys: in time order)."""
     extra, params, join = "", {}, ""
     if by in ("model", "provider", "prompt"):
         keys = {"model": f"c.provider AS provider, {_MODEL} AS model", "provider": "c.provider AS provider",
@@ -86,20 +82,13 @@ def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, two_pass: bool
     main = scoped(con, f, "main_currency", lambda: _q(
         con, f, "SELECT coalesce(mode(currency), 'USD') AS currency FROM fc WHERE currency IS NOT NULL"))
     params["main_currency"] = main["currency"][0] if main.height else "USD"
-    group = f"{keys}, coalesce(c.currency, $main_currency) AS currency"
-    if two_pass is None:  # the table's row count: DuckDB keeps it, nothing is scanned
-        two_pass = con.execute("SELECT count(*) FROM calls").fetchall()[0][0] >= TWO_PASS_FROM
-    quantiles = f"""
-               , quantile_cont({ttfb}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.first_byte_at IS NOT NULL) AS _ttfb,
-               quantile_cont({duration}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.ended_at IS NOT NULL) AS _duration"""
     frame = _q(con, f, f"""{extra}
-        SELECT {group}, count(*) AS calls, count(*) FILTER (WHERE NOT coalesce(c.settled, false)) AS unsettled,
-               {CALL_MONEY}{'' if two_pass else quantiles}
+        SELECT {keys}, coalesce(c.currency, $main_currency) AS currency,
+               count(*) AS calls, count(*) FILTER (WHERE NOT coalesce(c.settled, false)) AS unsettled,
+               {CALL_MONEY},
+               quantile_cont({ttfb}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.first_byte_at IS NOT NULL) AS _ttfb,
+               quantile_cont({duration}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.ended_at IS NOT NULL) AS _duration
         FROM fc c {join} GROUP BY ALL""", {**params})
-    if two_pass:
-        latency = percentiles(con, f, extra, group, join, params)
-        frame = frame.join(latency, on=[name for name in latency.columns if name not in ("_ttfb", "_duration")],
-                           how="left", nulls_equal=True, maintain_order="left")
     if "tag_value" in frame.columns:
         frame = frame.rename({"tag_value": key_columns(by)[0]})
     frame = frame.with_columns(
