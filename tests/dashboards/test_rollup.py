@@ -1,11 +1,12 @@
-"""The daily rollup of calls (`workbench.store.rollup`) never disagrees with the calls: on random
-stores written the ways calls reach a store (ingest of spool files, records written again, `store
-copy`, a migration of an older store), under random filters, every query the pages read from it
-returns exactly what the same query returns from the calls themselves; and a filter it cannot answer
-is answered from the calls."""
+"""The rollups of calls (`workbench.store.rollup`: daily, and per run) never disagree with the calls:
+on random stores written the ways calls reach a store (ingest of spool files, records written again,
+`store copy`, a migration of an older store), under random filters, every query the pages read from
+them returns exactly what the same query returns from the calls themselves; a filter they cannot
+answer is answered from the calls."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -25,7 +26,7 @@ from workbench.store import rollup
 from workbench.store.copy import copy_store
 from workbench.store.db import open_store
 from workbench.store.ingest import ingest_spools, write_rows
-from workbench.store.queries._base import rolled_up
+from workbench.store.queries._base import _frame, _Sql, rolled_up, runs_rolled_up, scope
 from workbench.store.schema import MIGRATIONS, migrate
 
 VERDICTS = [None, "hit", "cold", "expired", "prefix_changed"]
@@ -37,26 +38,41 @@ def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def _same(rolled: pl.DataFrame, raw: pl.DataFrame) -> None:
-    assert_frame_equal(_sorted(rolled), _sorted(raw))
+    assert_frame_equal(_sorted(rolled), _sorted(raw), check_exact=True)
 
 
-def _rollup_rows(con: duckdb.DuckDBPyConnection, source: str) -> pl.DataFrame:
-    """The rollup as stored (`call_rollup`), or as it would be made now from the calls (`calls`)."""
-    rows = rollup.aggregate("calls") if source == "calls" else "SELECT * FROM call_rollup"
+def _rollup_rows(con: duckdb.DuckDBPyConnection, source: str, spec: rollup.Rollup = rollup.DAILY) -> pl.DataFrame:
+    """A rollup as stored (`stored`), or as it would be made now from the calls (`calls`)."""
+    rows = spec.aggregate("calls") if source == "calls" else f"SELECT * FROM {spec.table}"
     return _sorted(con.sql(rows).pl())
 
 
+def _hit_runs(con: duckdb.DuckDBPyConnection, f: q.Filters, rolled: bool) -> list:
+    built = _Sql(f)
+    return sorted(_frame(con, f"WITH RECURSIVE {built._hit_runs(rolled)} SELECT run_id FROM hit_runs",
+                         built.params)["run_id"].to_list())
+
+
 def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> None:
-    """The stored rollup is the calls' own, and every query read from it equals its raw form."""
-    assert_frame_equal(_rollup_rows(con, "call_rollup"), _rollup_rows(con, "calls"))
+    """The stored rollups are the calls' own, and every query read from them equals its raw form."""
+    for spec in rollup.ROLLUPS:
+        assert_frame_equal(_rollup_rows(con, "stored", spec), _rollup_rows(con, "calls", spec))
     assert q.filter_options(con) == q.filter_options(con, raw=True)
     for f in filters:
         whole_days = not isinstance(f.date_from, datetime) or f.date_from.timetz() == time(tzinfo=timezone.utc)
         assert rolled_up(con, f) == (not f.run_level and whole_days)
+        assert runs_rolled_up(con, f) == whole_days
         _same(q.spend_cube(con, f), q.spend_cube(con, f, raw=True))
         _same(q.miss_reasons(con, f), q.miss_reasons(con, f, raw=True))
         for by in ((), ("prompt_id", "prompt_version", "model"), ("provider",)):
             _same(q.cache_savings(con, f, by), q.cache_savings(con, f, by, raw=True))
+        if f.call_level:  # the runs a call-level filter keeps (a scope's run set)
+            assert _hit_runs(con, f, rolled=True) == _hit_runs(con, f, rolled=False)
+        for scoped in (False, True):  # alone, and inside a page's scope (its run sets in temp tables)
+            with scope(con, f) if scoped else contextlib.nullcontext():
+                _same(q.unstable_prefix_runs(con, f), q.unstable_prefix_runs(con, f, raw=True))
+                assert q.outside_runs_spend(con, f) == q.outside_runs_spend(con, f, raw=True)
+                _same(q.failure_totals(con, f), q.failure_totals(con, f, raw=True))
 
 
 def _insight(calls: list[dict], draw) -> list[dict]:
@@ -145,8 +161,9 @@ def test_the_migration_fills_the_rollup_from_the_calls_stored(tmp_path):
         con.register("older", frame.to_arrow())
         con.execute("INSERT INTO calls BY NAME SELECT * FROM older")
         migrate(con)
-        assert_frame_equal(_rollup_rows(con, "call_rollup"), _rollup_rows(con, "calls"))
-        assert con.sql("SELECT sum(calls) FROM call_rollup").fetchall()[0][0] == len(fx.CALLS)
+        for spec in rollup.ROLLUPS:
+            assert_frame_equal(_rollup_rows(con, "stored", spec), _rollup_rows(con, "calls", spec))
+            assert con.sql(f"SELECT sum(calls) FROM {spec.table}").fetchall()[0][0] == len(fx.CALLS)
     finally:
         con.close()
 
@@ -174,3 +191,4 @@ def test_calls_written_around_the_ingest_turn_the_rollup_off(tmp_path):
     assert not rolled
     _same(cube, raw)
     assert cube["calls"].sum() == len(fx.CALLS) + 1
+

@@ -1,25 +1,63 @@
-"""The daily rollup of calls (`call_rollup`): the calls summed per UTC day and per value of every
-call-level filter and key the pages group by (provider, model, prompt id and version, currency,
-live or replayed, price source, cache verdict). The pages read their totals from it (a few thousand
-rows) instead of scanning every call; `workbench.store.queries` falls back to the calls themselves
-whenever a filter cannot be answered from it (a run name or tag, a moment that is not a UTC midnight)
-or the rollup does not count every stored call.
+"""The rollups of calls: the calls summed per UTC day and per value of every call-level filter and
+key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUNS`, table
+`call_run_rollup`: the runs' own sums, first and last moments, for what the pages aggregate by
+run). The pages read their figures from them (a few rows per day, or per run) instead of scanning
+every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
+answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
+or a rollup does not count every stored call.
 
-It never disagrees with the calls: every write of calls (`ingest.write_frame`: ingest, `store
-copy`, the lake) folds its *new* calls into it in the same transaction, and the migration that made
-it filled it from the calls already stored. Calls are never updated nor deleted; a migration that
-changes stored calls must rebuild the rollup (`REBUILD`), and one that changes `MEASURES` or
-`DIMENSIONS` must alter the table and rebuild it (migration 0011 made it from them)."""
+They never disagree with the calls: every write of calls (`ingest.write_frame`: ingest, `store
+copy`, the lake) folds its *new* calls into both in the same transaction, and the migrations that
+made them filled them from the calls already stored. Calls are never updated nor deleted; a
+migration that changes stored calls must rebuild them (`rebuild`), and one that changes a rollup's
+keys or measures must alter its table and rebuild it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import duckdb
 
-DIMENSIONS = ("day_n", "provider", "model", "prompt_id", "prompt_version", "currency", "replayed", "price_source",
-              "cache_verdict")
+_LIVE = "NOT coalesce(c.replayed, false)"
+_DAY = "(epoch_us(c.started_at) // 86400000000)::INTEGER"  # the day `spend_cube` gives a call
+_STARTED = "epoch_us(c.started_at)"
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """A rollup table: its keys (name, type, from calls `c`), its measures (name, how one call
+    counts, how two rows of one group merge: sum, min or max) and the keys whose touched values a
+    batch sums again with the stored rows (`add_calls`)."""
+
+    table: str
+    keys: tuple[tuple[str, str, str], ...]
+    measures: tuple[tuple[str, str, str], ...]
+    merged_on: tuple[str, ...]
+
+    @property
+    def table_sql(self) -> str:
+        return (f"CREATE TABLE {self.table} (" + ", ".join(f"{name} {kind}" for name, kind, _ in self.keys) + ", "
+                + ", ".join(f"{name} BIGINT" for name, _, _ in self.measures) + ");")
+
+    def aggregate(self, source: str) -> str:
+        """The rollup rows of the calls in `source` (a table or a subquery), one per group."""
+        return (f"SELECT {', '.join(f'{expr} AS {name}' for name, _, expr in self.keys)}, "
+                + ", ".join(f"({expr})::BIGINT AS {name}" for name, expr, _ in self.measures)
+                + f" FROM {source} c GROUP BY ALL")
+
+    def merged(self, rows: str) -> str:
+        """`rows` (rollup rows, several per group) merged to one row per group."""
+        return (f"SELECT {', '.join(name for name, _, _ in self.keys)}, "
+                + ", ".join(f"{merge}({name})::BIGINT AS {name}" for name, _, merge in self.measures)
+                + f" FROM ({rows}) GROUP BY ALL")
+
+
+_DIMENSIONS = (
+    ("provider", "VARCHAR", "c.provider"), ("model", "VARCHAR", "coalesce(c.model_served, c.model_requested)"),
+    ("prompt_id", "VARCHAR", "c.prompt_id"), ("prompt_version", "VARCHAR", "c.prompt_version"),
+)
 # (name, how one call counts, from calls `c`): the spend cube's counters (`queries.spend.spend_cube`),
 # then what cache savings and miss reasons sum over settled calls
-_LIVE = "NOT coalesce(c.replayed, false)"
 MEASURES: tuple[tuple[str, str], ...] = (
     ("calls", "count(*)"),
     ("settled", "count(*) FILTER (WHERE c.settled)"),
@@ -52,60 +90,79 @@ MEASURES: tuple[tuple[str, str], ...] = (
 )
 CUBE = tuple(name for name, _ in MEASURES[:16])  # the spend cube's columns, in its order
 
-TABLE_SQL = ("CREATE TABLE call_rollup (day_n INTEGER, provider VARCHAR, model VARCHAR, prompt_id VARCHAR, "
-             "prompt_version VARCHAR, currency VARCHAR, replayed BOOLEAN, price_source VARCHAR, cache_verdict VARCHAR, "
-             + ", ".join(f"{name} BIGINT" for name, _ in MEASURES) + ");")
+DAILY = Rollup(
+    "call_rollup",
+    (("day_n", "INTEGER", _DAY), *_DIMENSIONS, ("currency", "VARCHAR", "c.currency"),
+     ("replayed", "BOOLEAN", "coalesce(c.replayed, false)"), ("price_source", "VARCHAR", "c.price_source"),
+     ("cache_verdict", "VARCHAR", "c.cache_verdict")),
+    tuple((name, expr, "sum") for name, expr in MEASURES),
+    ("day_n",),
+)
+DIMENSIONS = tuple(name for name, _, _ in DAILY.keys)
+TABLE_SQL = DAILY.table_sql
+
+# per run (null: the calls outside any run), day and call-level filter value: what the pages sum or
+# compare per run (`unstable_prefix_runs`), the runs a call-level filter keeps (a scope's run set),
+# and the live spend outside any run (the failures page's total)
+RUNS = Rollup(
+    "call_run_rollup",
+    (("run_id", "VARCHAR", "c.run_id"), ("day_n", "INTEGER", _DAY), *_DIMENSIONS,
+     ("replayed", "BOOLEAN", "coalesce(c.replayed, false)")),
+    (("calls", "count(*)", "sum"),
+     ("live_cost_micros", f"sum(c.cost_micros) FILTER (WHERE {_LIVE})", "sum"),
+     ("settled", "count(*) FILTER (WHERE c.settled)", "sum"),
+     ("first_at", f"min({_STARTED}) FILTER (WHERE c.settled)", "min"),
+     ("first_write_at", f"min({_STARTED}) FILTER (WHERE c.settled AND c.cache_write_tokens > 0)", "min"),
+     ("last_read_at", f"max({_STARTED}) FILTER (WHERE c.settled AND c.cache_read_tokens > 0)", "max"),
+     ("write_tokens", "sum(c.cache_write_tokens) FILTER (WHERE c.settled)", "sum"),
+     ("cost_micros", "sum(c.cost_micros) FILTER (WHERE c.settled)", "sum")),
+    ("run_id", "day_n"),
+)
+ROLLUPS = (DAILY, RUNS)
 
 
 def aggregate(source: str) -> str:
-    """The rollup rows of the calls in `source` (a table or a subquery), one per day and dimensions.
-    The day is the one `spend_cube` gives a call (µs since the epoch, divided)."""
-    return f"""SELECT (epoch_us(c.started_at) // 86400000000)::INTEGER AS day_n, c.provider,
-               coalesce(c.model_served, c.model_requested) AS model, c.prompt_id, c.prompt_version, c.currency,
-               coalesce(c.replayed, false) AS replayed, c.price_source, c.cache_verdict,
-               {', '.join(f'({expr})::BIGINT AS {name}' for name, expr in MEASURES)}
-               FROM {source} c GROUP BY ALL"""
+    """The daily rollup's rows of the calls in `source` (as migration 0011 filled it)."""
+    return DAILY.aggregate(source)
 
 
-REBUILD = f"DELETE FROM call_rollup; INSERT INTO call_rollup {aggregate('calls')};"
-
-
-def _merged(rows: str) -> str:
-    """`rows` (rollup rows, several per group) summed to one row per group."""
-    return (f"SELECT {', '.join(DIMENSIONS)}, "
-            + ", ".join(f"sum({name})::BIGINT AS {name}" for name, _ in MEASURES)
-            + f" FROM ({rows}) GROUP BY ALL")
+def rebuild(con: duckdb.DuckDBPyConnection) -> None:
+    """Every rollup made again from the stored calls."""
+    for spec in ROLLUPS:
+        con.execute(f"DELETE FROM {spec.table}; INSERT INTO {spec.table} {spec.aggregate('calls')};")
 
 
 def add_calls(con: duckdb.DuckDBPyConnection, batch: str, only_new: bool, append: bool = False) -> None:
-    """Fold the calls of the registered relation `batch` into the rollup, inside the caller's
+    """Fold the calls of the registered relation `batch` into every rollup, inside the caller's
     transaction, before they are inserted. `only_new`: leave out those already stored (the insert
-    will ignore them); else the caller knows none is. The days the batch touches are summed again
-    with what the rollup held for them, so it keeps one row per group whatever the batches.
-    `append` (a lake): the batch's sums are added as rows of their own instead, because machines
-    committing at once may add to the same day, and a lake refuses two transactions where one
-    deleted rows the other also changed; readers sum the rows of a group either way."""
+    will ignore them); else the caller knows none is. The groups the batch touches (its days; its
+    runs and days) are merged again with what the rollup held for them, so it keeps one row per
+    group whatever the batches. `append` (a lake): the batch's rows are added as rows of their own
+    instead, because machines committing at once may add to the same day, and a lake refuses two
+    transactions where one deleted rows the other also changed; readers merge the rows of a group
+    either way."""
     # a batch's times may still be text (the insert casts them): cast as the insert does
     source = f"(SELECT * REPLACE (CAST(b.started_at AS TIMESTAMPTZ) AS started_at) FROM {batch} b" + (
         " WHERE NOT EXISTS (SELECT 1 FROM calls s WHERE s.call_id = b.call_id))" if only_new else ")")
-    if append:
-        con.execute(f"INSERT INTO call_rollup BY NAME {aggregate(source)}")
-        return
-    merged = con.sql(f"""
-        WITH delta AS ({aggregate(source)})
-        {_merged(f"SELECT * FROM call_rollup r WHERE EXISTS (SELECT 1 FROM delta d WHERE d.day_n IS NOT DISTINCT FROM r.day_n) "
-                 "UNION ALL BY NAME SELECT * FROM delta")}""").to_arrow_table()
-    if not merged.num_rows:
-        return
-    con.register("_wb_rollup", merged)
-    # on an error the transaction is aborted (no unregister possible then); the next register replaces it
-    con.execute("DELETE FROM call_rollup r WHERE EXISTS (SELECT 1 FROM _wb_rollup d "
-                "WHERE d.day_n IS NOT DISTINCT FROM r.day_n)")
-    con.execute("INSERT INTO call_rollup BY NAME SELECT * FROM _wb_rollup")
-    con.unregister("_wb_rollup")
+    for spec in ROLLUPS:
+        if append:
+            con.execute(f"INSERT INTO {spec.table} BY NAME {spec.aggregate(source)}")
+            continue
+        same = " AND ".join(f"d.{key} IS NOT DISTINCT FROM r.{key}" for key in spec.merged_on)
+        merged = con.sql(f"""
+            WITH delta AS ({spec.aggregate(source)})
+            {spec.merged(f"SELECT * FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM delta d WHERE {same}) "
+                         "UNION ALL BY NAME SELECT * FROM delta")}""").to_arrow_table()
+        if not merged.num_rows:
+            continue
+        con.register("_wb_rollup", merged)
+        # on an error the transaction is aborted (no unregister possible then); the next register replaces it
+        con.execute(f"DELETE FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM _wb_rollup d WHERE {same})")
+        con.execute(f"INSERT INTO {spec.table} BY NAME SELECT * FROM _wb_rollup")
+        con.unregister("_wb_rollup")
 
 
-def whole(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the rollup counts every stored call (a store written around `ingest` would not)."""
-    return con.execute("SELECT (SELECT count(*) FROM calls) = (SELECT coalesce(sum(calls), 0) FROM call_rollup)"
+def whole(con: duckdb.DuckDBPyConnection, spec: Rollup = DAILY) -> bool:
+    """Whether a rollup counts every stored call (a store written around `ingest` would not)."""
+    return con.execute(f"SELECT (SELECT count(*) FROM calls) = (SELECT coalesce(sum(calls), 0) FROM {spec.table})"
                        ).fetchall()[0][0]

@@ -291,6 +291,12 @@ MIGRATIONS: list[tuple[str, str]] = [
             entries VARCHAR);          -- JSON: [prefix hash, alive until µs, the call that made it] each
         """,
     ),
+    (
+        "0013_dash10m_run_rollup",
+        # the calls summed per run, UTC day and filter value, kept with every write of calls
+        # (workbench/store/rollup.py `RUNS`); filled here from the calls already stored
+        f"{rollup.RUNS.table_sql}\nINSERT INTO call_run_rollup {rollup.RUNS.aggregate('calls')};",
+    ),
 ]
 
 

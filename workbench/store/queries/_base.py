@@ -107,16 +107,19 @@ class _Sql:
             "UNION SELECT r.run_id FROM runs r JOIN sel_runs s ON r.parent_run_id = s.run_id)"
         )
 
-    def _hit_runs(self) -> str:
-        """The runs holding a call that matches the call-level filters, and every run around them."""
-        return ("hit_runs(run_id) AS (SELECT DISTINCT c.run_id FROM calls c WHERE c.run_id IS NOT NULL AND "
-                + " AND ".join(self._call_level())
+    def _hit_runs(self, rolled: bool = False) -> str:
+        """The runs holding a call that matches the call-level filters, and every run around them
+        (`rolled`: read from the per-run rollup, `rollup.RUNS`, instead of the calls)."""
+        source, model = ("call_run_rollup", "c.model") if rolled else ("calls", _MODEL)
+        return (f"hit_runs(run_id) AS (SELECT DISTINCT c.run_id FROM {source} c WHERE c.run_id IS NOT NULL AND "
+                + " AND ".join(self._call_level(model))
                 + " UNION SELECT r.parent_run_id FROM runs r JOIN hit_runs h ON r.run_id = h.run_id"
                 " WHERE r.parent_run_id IS NOT NULL)")
 
-    def with_(self, prepared: bool = False) -> str:
+    def with_(self, prepared: bool = False, rolled: bool = False) -> str:
         """`WITH fc (filtered calls), fr (filtered runs), fx (filtered compactions)`. `prepared`: the
-        run sets are already in the temp tables `_wb_sel_runs` and `_wb_hit_runs` (see `scope`)."""
+        run sets are already in the temp tables `_wb_sel_runs` and `_wb_hit_runs` (see `scope`);
+        `rolled`: the runs a call-level filter keeps are read from the per-run rollup."""
         f = self.filters
         ctes = []
         sel, hit = ("_wb_sel_runs", "_wb_hit_runs") if prepared else ("sel_runs", "hit_runs")
@@ -131,7 +134,7 @@ class _Sql:
             x_preds.append(f"x.run_id IN (SELECT run_id FROM {sel})")
         if f.call_level:
             if not prepared:
-                ctes.append(self._hit_runs())
+                ctes.append(self._hit_runs(rolled))
             run_preds.append(f"r.run_id IN (SELECT run_id FROM {hit})")
             x_preds.append(f"x.run_id IN (SELECT run_id FROM {hit})")
         ctes.append(f"fc AS (SELECT * FROM calls c WHERE {' AND '.join(call_preds) or 'true'})")
@@ -157,8 +160,8 @@ def scope(con: duckdb.DuckDBPyConnection, f: Filters) -> Iterator[None]:
         _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_sel_runs AS WITH RECURSIVE {built._selected_runs()} "
                     "SELECT run_id FROM sel_runs", built.params)
     if f.call_level:
-        _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_hit_runs AS WITH RECURSIVE {built._hit_runs()} "
-                    "SELECT run_id FROM hit_runs", built.params)
+        _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_hit_runs AS WITH RECURSIVE "
+                    f"{built._hit_runs(rollup.whole(con, rollup.RUNS))} SELECT run_id FROM hit_runs", built.params)
     _SCOPES[id(con)] = f
     try:
         yield
@@ -190,7 +193,9 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | No
 
 def _q(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
     built = _Sql(f)
-    head = built.with_(prepared=_SCOPES.get(id(con)) == f)
+    prepared = _SCOPES.get(id(con)) == f
+    rolled = f.call_level and not prepared and rollup.whole(con, rollup.RUNS)
+    head = built.with_(prepared=prepared, rolled=rolled)
     return _frame(con, head + body, {**built.params, **(extra or {})})
 
 
@@ -220,6 +225,28 @@ def _rq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, 
     preds = built._days() + built._call_level(model="c.model")
     head = f"WITH fc AS (SELECT * FROM call_rollup c WHERE {' AND '.join(preds) or 'true'})\n"
     return _frame(con, head + body, {**built.params, **(extra or {})})
+
+
+def runs_rolled_up(con: duckdb.DuckDBPyConnection, f: Filters) -> bool:
+    """Whether the calls `f` selects can be merged per run from the per-run rollup (`rollup.RUNS`):
+    dates that are whole UTC days and a rollup that counts every stored call (it has the run id, so
+    a run name or tag filter reads it too)."""
+    if f.date_from is not None and not _whole_day(f.date_from):
+        return False
+    return scoped(con, f, "runs_whole", lambda: rollup.whole(con, rollup.RUNS))
+
+
+def _rrq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
+    """`body` over `fc`: the per-run rollup's rows of the calls `f` selects (see `runs_rolled_up`)."""
+    built = _Sql(f)
+    prepared, ctes = _SCOPES.get(id(con)) == f, []
+    preds = built._days() + built._call_level(model="c.model")
+    if f.run_level:
+        if not prepared:
+            ctes.append(built._selected_runs())
+        preds.append(f"c.run_id IN (SELECT run_id FROM {'_wb_sel_runs' if prepared else 'sel_runs'})")
+    ctes.append(f"fc AS (SELECT * FROM call_run_rollup c WHERE {' AND '.join(preds) or 'true'})")
+    return _frame(con, "WITH RECURSIVE " + ",\n".join(ctes) + "\n" + body, {**built.params, **(extra or {})})
 
 
 _DAY = "(DATE '1970-01-01' + (epoch_us(c.started_at) // 86400000000)::INTEGER)"  # the UTC day

@@ -11,7 +11,7 @@ import polars as pl
 
 from workbench.models import PriceSheet
 from workbench.money import minor_digits
-from workbench.store.queries._base import Filters, _MODEL, _frame, _q, _rq, rolled_up
+from workbench.store.queries._base import Filters, _MODEL, _frame, _q, _rq, _rrq, rolled_up, runs_rolled_up
 
 log = logging.getLogger(__name__)
 
@@ -144,21 +144,31 @@ def cache_totals(groups: pl.DataFrame) -> pl.DataFrame:
                          pl.col("currency").drop_nulls().first().alias("currency"))
 
 
-def unstable_prefix_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 200) -> pl.DataFrame:
+def unstable_prefix_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 200, raw: bool = False
+                         ) -> pl.DataFrame:
     """Runs of two or more settled calls whose first call wrote the cache and whose later calls read
-    nothing from it: the prefix moved between turns, so every write was paid for and never used."""
-    return _q(con, f, """
+    nothing from it: the prefix moved between turns, so every write was paid for and never used.
+    `model` is the run's model (the first by name when its calls used several). Merged per run from
+    the per-run rollup when it can answer `f` (`runs_rolled_up`), unless `raw`: the same figures."""
+    unstable = """
+        SELECT p.run_id, r.name, r.started_at, p.model, p.calls, p.write_tokens, p.cost_micros,
+               count(*) OVER () AS total_runs
+        FROM per_run p LEFT JOIN runs r USING (run_id)
+        WHERE p.calls >= 2 AND p.first_write_t = p.t0 AND coalesce(p.last_read_t, p.t0) <= p.t0
+        ORDER BY p.write_tokens DESC, p.run_id LIMIT $limit"""
+    if not raw and runs_rolled_up(con, f):
+        return _rrq(con, f, """
+            , per_run AS (
+                SELECT c.run_id, sum(c.settled)::BIGINT AS calls, min(c.first_at) AS t0,
+                       min(c.first_write_at) AS first_write_t, max(c.last_read_at) AS last_read_t,
+                       sum(c.write_tokens)::BIGINT AS write_tokens, sum(c.cost_micros)::BIGINT AS cost_micros,
+                       min(c.model) AS model
+                FROM fc c WHERE c.settled > 0 AND c.run_id IS NOT NULL GROUP BY c.run_id)""" + unstable, {"limit": limit})
+    return _q(con, f, f"""
         , per_run AS (
             SELECT c.run_id, count(*) AS calls, min(epoch_us(c.started_at)) AS t0,
                    min(epoch_us(c.started_at)) FILTER (WHERE c.cache_write_tokens > 0) AS first_write_t,
                    max(epoch_us(c.started_at)) FILTER (WHERE c.cache_read_tokens > 0) AS last_read_t,
                    sum(c.cache_write_tokens)::BIGINT AS write_tokens, sum(c.cost_micros)::BIGINT AS cost_micros,
-                   any_value(coalesce(c.model_served, c.model_requested)) AS model
-            FROM fc c WHERE c.settled AND c.run_id IS NOT NULL GROUP BY c.run_id)
-        SELECT p.run_id, r.name, r.started_at, p.model, p.calls, p.write_tokens, p.cost_micros,
-               count(*) OVER () AS total_runs
-        FROM per_run p LEFT JOIN runs r USING (run_id)
-        WHERE p.calls >= 2 AND p.first_write_t = p.t0 AND coalesce(p.last_read_t, p.t0) <= p.t0
-        ORDER BY p.write_tokens DESC, p.run_id LIMIT $limit""", {"limit": limit})
-
-
+                   min({_MODEL}) AS model
+            FROM fc c WHERE c.settled AND c.run_id IS NOT NULL GROUP BY c.run_id)""" + unstable, {"limit": limit})

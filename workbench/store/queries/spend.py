@@ -8,7 +8,7 @@ import duckdb
 import polars as pl
 
 from workbench.store import rollup as daily
-from workbench.store.queries._base import Filters, _LIVE, _MODEL, _q, _rq, rolled_up
+from workbench.store.queries._base import Filters, _LIVE, _MODEL, _q, _rq, _rrq, rolled_up, runs_rolled_up
 
 # -- Overview ------------------------------------------------------------------------------------
 
@@ -189,16 +189,26 @@ _BILL = f"""coalesce(sum(r.billed_input_tokens), 0)::BIGINT AS input_tokens,
            coalesce(sum(r.billed_unsettled), 0)::BIGINT AS unsettled, {_BILL_MONEY}"""
 
 
-def failure_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+def outside_runs_spend(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> int:
+    """What the live calls `f` selects that were made outside any run cost (micro-minor units): from
+    the per-run rollup when it can answer `f` (`runs_rolled_up`), unless `raw`: the same figure."""
+    if not raw and runs_rolled_up(con, f):
+        return _rrq(con, f, "SELECT coalesce(sum(c.live_cost_micros), 0)::BIGINT AS micros FROM fc c "
+                    "WHERE c.run_id IS NULL")["micros"][0]
+    return _q(con, f, f"SELECT coalesce(sum(c.cost_micros), 0)::BIGINT AS micros FROM fc c "
+              f"WHERE c.run_id IS NULL AND {_LIVE}")["micros"][0]
+
+
+def failure_totals(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
     """Failed top-level runs and their summed bills, beside the total spend they are a share of:
-    the bills of every top-level run plus the live calls made outside any run."""
+    the bills of every top-level run plus the live calls made outside any run (`outside_runs_spend`)."""
     return unknown_when_unpriced(_q(con, f, f"""
         SELECT count(*) AS failed_runs, {_BILL},
                (SELECT count(*) FROM fr WHERE parent_run_id IS NULL) AS runs,
                ((SELECT coalesce(sum(billed_cost_micros), 0) FROM fr WHERE parent_run_id IS NULL)
-                + (SELECT coalesce(sum(c.cost_micros), 0) FROM fc c WHERE c.run_id IS NULL AND {_LIVE}))::BIGINT
-                   AS total_cost_micros
-        FROM fr r WHERE r.parent_run_id IS NULL AND r.status = 'failed'"""))
+                + $outside_micros)::BIGINT AS total_cost_micros
+        FROM fr r WHERE r.parent_run_id IS NULL AND r.status = 'failed'""",
+        {"outside_micros": outside_runs_spend(con, f, raw)}))
 
 
 def failed_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 1000) -> pl.DataFrame:
