@@ -8,6 +8,9 @@ same 1,000 cases, same machine, same run.
     python benchmarks/eval_replay.py --cases 200 --no-peers
     python benchmarks/eval_replay.py --append        # append the results to benchmarks/RESULTS.md
     python benchmarks/eval_replay.py --sizes 1000,10000,100000 --repeats 1 --append   # scale: linear? bounded?
+    python benchmarks/eval_replay.py --sizes 1000,10000 --repeats 1 --no-peers --record-once --compare /tmp/main
+        # record 1,000 cases once and repeat them for the larger sizes; each eval also run with /tmp/main
+        # (e.g. `git archive` of main) on PYTHONPATH, in turn
 
 What is measured:
 
