@@ -8,6 +8,9 @@ same 1,000 cases, same machine, same run.
     python benchmarks/eval_replay.py --cases 200 --no-peers
     python benchmarks/eval_replay.py --append        # append the results to benchmarks/RESULTS.md
     python benchmarks/eval_replay.py --sizes 1000,10000,100000 --repeats 1 --append   # scale: linear? bounded?
+    python benchmarks/eval_replay.py --sizes 1000,10000 --repeats 1 --no-peers --record-once --compare /tmp/main
+        # record 1,000 cases once and repeat them for the larger sizes; each eval also run with /tmp/main
+        # (e.g. `git archive` of main) on PYTHONPATH, in turn
 
 What is measured:
 
@@ -337,64 +340,119 @@ assert outcome.error is None, outcome.error
 """
 
 
-def bench_scale(base: Path, sizes: list[int], repeats: int) -> list[dict]:
-    """Per size: the recording of the suite, then `workbench eval` replayed `repeats` times."""
+def tile(first: Path, root: Path, cases: int) -> Path:
+    """A suite of `cases` cases made of the `first` suite's recorded ones repeated: each case's vars,
+    expected answer, recording and baseline entry again, under an id of its own (recording 100,000
+    cases takes hours on this machine). The same request asked N times replays its N recordings in
+    turn, so every case replays a recording of its own, as in a suite recorded whole."""
+    base = [json.loads(line) for line in (first / "evals" / "bench_cases.jsonl").read_text().splitlines()]
+    if cases % len(base):
+        raise SystemExit(f"--record-once: {cases:,} is not a multiple of the first size, {len(base):,}")
+    times = cases // len(base)
+    suite_file = write_suite(root, "bench", cases)
+    (root / "evals" / "bench_cases.jsonl").write_text("".join(
+        json.dumps({**case, "id": f"{case['id']}-{copy}"}) + "\n" for copy in range(times) for case in base))
+    cassette = json.loads((first / "cassettes" / "bench.json").read_text())
+    cassette["interactions"] *= times
+    cassette["workbench"]["request_hashes"] *= times
+    (root / "cassettes").mkdir(parents=True, exist_ok=True)
+    (root / "cassettes" / "bench.json").write_text(json.dumps(cassette))
+    baseline = json.loads((first / "evals" / "bench.baseline.json").read_text())
+    baseline["cases"] = {f"{case['id']}-{copy}": baseline["cases"][case["id"]] for copy in range(times) for case in base}
+    baseline["cost_micros"] *= times
+    (root / "evals" / "bench.baseline.json").write_text(json.dumps(baseline, indent=2, sort_keys=True))
+    return suite_file
+
+
+def bench_scale(base: Path, sizes: list[int], repeats: int, record_once: bool = False,
+                trees: dict[str, str | None] | None = None) -> list[dict]:
+    """Per size: the recording of the suite (or, with `record_once`, the first size's recordings
+    tiled), then `workbench eval` replayed `repeats` times on each tree in turn (`trees`: a label
+    and the source folder put on PYTHONPATH, None for this checkout)."""
     import compileall
 
-    compileall.compile_dir(str(REPO / "workbench"), quiet=1)
+    trees = trees or {"this tree": None}
+    for path in [REPO, *filter(None, trees.values())]:
+        compileall.compile_dir(str(Path(path) / "workbench"), quiet=1)
     rows = []
-    for cases in sizes:
+    for index, cases in enumerate(sizes):
         root = base / f"scale-{cases}"
-        suite_file = write_suite(root, "bench", cases)
         env = offline_env(root, "http://127.0.0.1:9/v1")
-        recorded = _child([sys.executable, "-c", RECORD_CODE, str(suite_file), "bench"], root, env)
-        if recorded["rc"] != 0:
-            raise SystemExit(f"recording {cases} cases failed:\n{recorded['err']}")
-        runs = []
+        if record_once and index:
+            tile(base / f"scale-{sizes[0]}", root, cases)
+            recorded = None
+        else:
+            suite_file = write_suite(root, "bench", cases)
+            recorded = _child([sys.executable, "-c", RECORD_CODE, str(suite_file), "bench"], root, env)
+            if recorded["rc"] != 0:
+                raise SystemExit(f"recording {cases:,} cases failed:\n{recorded['err']}")
+        runs: dict[str, list[dict]] = {name: [] for name in trees}
         for _ in range(repeats):
-            settle(root)
-            speed = machine_speed()
-            command = [str(Path(sys.executable).with_name("workbench")), "eval", "bench", "--evals", str(root / "evals")]
-            result = _child(command, root, offline_env(root, f"http://127.0.0.1:{free_port()}/v1"))
-            if result["rc"] != 0:
-                raise SystemExit(f"workbench eval of {cases} cases failed ({result['rc']}):\n{result['err']}")
-            runs.append({**result, "speed": speed, "load": os.getloadavg()[0]})
-            print(f"  {cases:,} cases: {result}", flush=True)
-        best = min(runs, key=lambda run: run["own_cpu"])
-        rows.append({"cases": cases, "record": recorded, "runs": runs, "best": best,
-                     "cassette_mb": (root / "cassettes" / "bench.json").stat().st_size / 1e6})
-        print(f"scale {cases:,}: record {recorded['wall']:.1f} s wall {recorded['cpu']:.1f} s CPU; "
-              f"eval best {best}", flush=True)
+            for name, path in trees.items():  # one run of each tree in turn: the same minutes
+                settle(root)
+                speed = machine_speed()
+                command = [str(Path(sys.executable).with_name("workbench")), "eval", "bench", "--evals",
+                           str(root / "evals")]
+                env = offline_env(root, f"http://127.0.0.1:{free_port()}/v1")
+                if path is not None:
+                    env["PYTHONPATH"] = str(path)
+                load = os.getloadavg()[0]
+                result = _child(command, root, env)
+                if result["rc"] != 0:
+                    raise SystemExit(f"workbench eval of {cases:,} cases on {name} failed ({result['rc']}):\n"
+                                     f"{result['err']}")
+                runs[name].append({**result, "speed": speed, "load": (load + os.getloadavg()[0]) / 2})
+                print(f"  {cases:,} cases, {name}: {result}", flush=True)
+        for name in trees:
+            best = min(runs[name], key=lambda run: run["own_cpu"])
+            rows.append({"cases": cases, "tree": name, "record": recorded, "runs": runs[name], "best": best,
+                         "cassette_mb": (root / "cassettes" / "bench.json").stat().st_size / 1e6})
+            print(f"scale {cases:,} {name}: eval best {best}", flush=True)
     return rows
 
 
 def render_scale(args, rows: list[dict], load_before, load_after) -> str:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    firsts = {}
+    for row in rows:
+        firsts.setdefault(row["tree"], row)
     first = rows[0]
+    recorded = [row for row in rows if row["record"] is not None]
     lines = [
-        f"## Eval replay at scale, {', '.join(format(row['cases'], ',') for row in rows)} cases — {now}", "",
+        f"## Eval replay at scale, {', '.join(format(row['cases'], ',') for row in rows if row['tree'] == first['tree'])} "
+        f"cases — {now}", "",
         f"- machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python "
         f"{platform.python_version()}; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after",
-        f"- command: `python benchmarks/eval_replay.py --sizes {args.sizes} --repeats {args.repeats} --no-peers`",
-        "- per size, the run with the least CPU of its repeats; CPU is the process's with the ingesters it reaped, "
-        "(own) without them; `per case` is own CPU time / cases; `stored` is the "
-        "time until the detached ingester the eval left behind finished (results in the store); `x 1st` is the "
-        f"per-case CPU against {first['cases']:,} cases (1.00 = linear)", "",
-        "| cases | cassette | record wall | record CPU (own) | record CPU x N-ratio | eval wall | eval CPU (own) | "
-        "CPU per case | x 1st | stored | eval peak RSS | ingesters | ingester peak RSS | machine loop |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        f"- command: `python benchmarks/eval_replay.py --sizes {args.sizes} --repeats {args.repeats} --no-peers"
+        + (" --record-once" if args.record_once else "") + "".join(f" --compare {path}" for path in args.compare or ())
+        + "`",
+        "- per size and tree, the run with the least CPU of its repeats; CPU is the process's with the ingesters it "
+        "reaped, (own) without them; `per case` is own CPU time / cases; `stored` is the time until the detached "
+        "ingester the eval left behind finished (results in the store); `x 1st` is the per-case CPU against the "
+        f"same tree's {first['cases']:,} cases (1.00 = linear); `load` the load average during the run"
+        + ("; the sizes after the first replay its recordings tiled (`--record-once`)" if args.record_once else ""), "",
+        "| cases | tree | cassette | eval wall | eval CPU (own) | CPU per case | x 1st | stored | eval peak RSS | "
+        "ingesters | ingester peak RSS | machine loop | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        best, record = row["best"], row["record"]
+        best = row["best"]
         per_case = best["own_cpu"] / row["cases"]
-        first_per_case = first["best"]["own_cpu"] / first["cases"]
-        record_ratio = (record["own_cpu"] / first["record"]["own_cpu"]) / (row["cases"] / first["cases"])
+        start = firsts[row["tree"]]
+        first_per_case = start["best"]["own_cpu"] / start["cases"]
         lines.append(
-            f"| {row['cases']:,} | {row['cassette_mb']:.1f} MB | {record['wall']:.1f} s | {record['cpu']:.1f} s "
-            f"({record['own_cpu']:.1f} s) | {record_ratio:.2f} | {best['wall']:.2f} s | {best['cpu']:.2f} s "
-            f"({best['own_cpu']:.2f} s) | {per_case * 1000:.3f} ms | "
+            f"| {row['cases']:,} | {row['tree']} | {row['cassette_mb']:.1f} MB | {best['wall']:.2f} s | "
+            f"{best['cpu']:.2f} s ({best['own_cpu']:.2f} s) | {per_case * 1000:.3f} ms | "
             f"{per_case / first_per_case:.2f} | {best['stored']:.2f} s | {best['rss_mb']:.0f} MB | "
-            f"{best['ingesters']} | {best['ingester_rss_mb']:.0f} MB | {best['speed']:.2f} s |")
+            f"{best['ingesters']} | {best['ingester_rss_mb']:.0f} MB | {best['speed']:.2f} s | {best['load']:.1f} |")
+    if recorded:
+        lines += ["", "| cases | record wall | record CPU (own) | record CPU x N-ratio |", "|---|---|---|---|"]
+        for row in recorded:
+            if row["tree"] != first["tree"]:
+                continue
+            record, ratio = row["record"], (row["record"]["own_cpu"] / first["record"]["own_cpu"]) / (row["cases"] / first["cases"])
+            lines.append(f"| {row['cases']:,} | {record['wall']:.1f} s | {record['cpu']:.1f} s ({record['own_cpu']:.1f} s) "
+                         f"| {ratio:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -532,12 +590,19 @@ def main() -> None:
     parser.add_argument("--append", action="store_true", help="append the results to benchmarks/RESULTS.md")
     parser.add_argument("--sizes", help="comma-separated case counts: the scale benchmark (recording, eval time, "
                                         "memory per size) instead of the 1,000-case comparison")
+    parser.add_argument("--record-once", action="store_true",
+                        help="with --sizes: record the first size only, and make each larger one (a multiple of it) "
+                             "by repeating its cases and recordings")
+    parser.add_argument("--compare", action="append", metavar="SOURCE",
+                        help="with --sizes: also run each eval with this source folder (e.g. a `git archive` of main) "
+                             "on PYTHONPATH, in turn with this tree; repeatable")
     args = parser.parse_args()
 
     if args.sizes:
         load_before = os.getloadavg()
+        trees = {"this tree": None, **{Path(path).name: path for path in args.compare or ()}}
         rows = bench_scale(Path(tempfile.mkdtemp(prefix="wb-eval-scale-")), [int(size) for size in args.sizes.split(",")],
-                           args.repeats)
+                           args.repeats, args.record_once, trees)
         report = render_scale(args, rows, load_before, os.getloadavg())
         print(report)
         if args.append:

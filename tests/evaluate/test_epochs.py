@@ -216,7 +216,8 @@ def test_a_cassette_holds_the_n_answers_of_an_identical_request_and_replays_them
         replayed = evaluate(suite, network=no_network())
         assert replayed.exit_code == 0 and replayed.eval_run.mode == "replay"
         assert [result.values for result in replayed.eval_run.results] == [[1.0, 0.0, 1.0]] * 2
-        assert [[sample.output.category for sample in result.samples] for result in replayed.eval_run.results] == [
+        assert [[json.loads(sample.output)["category"] for sample in result.samples]
+                for result in replayed.eval_run.results] == [
             ["billing", "account", "billing"]] * 2
         assert all(not sample.live for result in replayed.eval_run.results for sample in result.samples)
     # more epochs than recorded answers would replay one answer twice: a spread never measured

@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from functools import cached_property
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -123,12 +122,18 @@ class EvalContext:
         return self.network.transport(self.cassette)
 
 
-@dataclass
+OUTPUT_CHARS = 4000  # of an output, as text: what the store keeps of it (`eval_results.output`)
+STORE_BATCH = 10_000  # rows handed to the spool between two writes of it, when an eval run is stored
+
+
+@dataclass(slots=True)
 class Sample:
-    """One run of one case (one epoch)."""
+    """One run of one case (one epoch), as kept until the run is stored and reported: its output as
+    the text the store keeps, not the output object (a suite of 100,000 cases holds 100,000 of
+    these until the gate has judged them all)."""
 
     epoch: int
-    output: Any
+    output: str | None  # as text (`as_text`), at most OUTPUT_CHARS; None: no output (an error)
     scores: dict[str, Score]
     cost_micros: int | None  # None: a call was unpriced
     run_id: str
@@ -136,25 +141,30 @@ class Sample:
     live: bool  # a request went to the network (not replayed): the latency is the provider's
     error: WorkbenchError | None = None
     error_stage: str | None = None  # "target" or "scorer"
+    # the mean of the gated scores, to 6 places (the precision baselines keep); None when the
+    # sample ended in an error. Computed once: a sample never changes, and the gate and the
+    # reports ask again and again
+    score: float | None = field(init=False)
 
-    @cached_property  # a sample is never changed once run; reports and the gate ask again and again
-    def score(self) -> float | None:
-        """The mean of the gated scores, to 6 places (the precision baselines keep); None when the
-        sample ended in an error."""
-        if self.error is not None:
-            return None
+    def __post_init__(self) -> None:
         gated = [score.value for score in self.scores.values() if score.value is not None]
-        return round(sum(gated) / len(gated), 6)
+        self.score = None if self.error is not None else round(sum(gated) / len(gated), 6)
 
 
-@dataclass
+@dataclass(slots=True)
 class CaseResult:
     case_id: str
     samples: list[Sample]
+    errored: list[Sample] = field(init=False)
+    # every sample's score, in epoch order (empty when the case errored)
+    values: list[float] = field(init=False)
+    # the mean of the samples, to 6 places; None: the case ended in an error, so no score
+    score: float | None = field(init=False)
 
-    @cached_property  # a case's samples are all in once it is built
-    def errored(self) -> list[Sample]:
-        return [sample for sample in self.samples if sample.error is not None]
+    def __post_init__(self) -> None:  # a case's samples are all in once it is built
+        self.errored = [sample for sample in self.samples if sample.error is not None]
+        self.values = [] if self.errored else [sample.score for sample in self.samples]
+        self.score = round(stats.mean(self.values), 6) if self.values else None
 
     @property
     def error(self) -> WorkbenchError | None:
@@ -167,17 +177,6 @@ class CaseResult:
         """Every error of the case is its target's (what `errors_are_failures` turns into a failure)."""
         return bool(self.errored) and all(sample.error_stage == "target" for sample in self.errored)
 
-    @cached_property
-    def values(self) -> list[float]:
-        """Every sample's score, in epoch order (empty when the case errored)."""
-        return [] if self.errored else [sample.score for sample in self.samples]
-
-    @cached_property
-    def score(self) -> float | None:
-        """The mean of the samples, to 6 places; None: the case ended in an error, so no score."""
-        values = self.values
-        return round(stats.mean(values), 6) if values else None
-
     @property
     def spread(self) -> float | None:
         """The standard deviation of the samples (None with one sample or an error)."""
@@ -185,7 +184,7 @@ class CaseResult:
         return None if not values else stats.spread(values)
 
     @property
-    def output(self) -> Any:
+    def output(self) -> str | None:
         return self.samples[0].output
 
     @property
@@ -363,21 +362,26 @@ async def run_suite(
                        model_name=model if model not in (None, prompt.model) else None, matrix_id=matrix_id)
     network = network or Network()
     judge = _Judge(suite, judge_cassette, eval_run, network) if suite.judge is not None else None
-    limit = asyncio.Semaphore(max(1, suite.concurrency))
     answer = _RuntimeAnswerer(suite, prompt, network.transport(cassette), model) if suite.target is None else None
+    results: list[CaseResult | None] = [None] * len(suite.cases)
+    pending = iter(enumerate(suite.cases))  # shared: each worker takes the next case when it is free
 
-    async def one(case: Case) -> CaseResult:
-        async with limit:
+    async def worker() -> None:
+        # `concurrency` workers pulling cases, not a task per case waiting on a semaphore: a pending
+        # case costs nothing until a worker takes it (100,000 tasks held 100,000 coroutines)
+        for index, case in pending:
             samples = []
             for epoch in range(1, epochs + 1):  # in order: the Nth identical request replays the Nth answer
                 context = EvalContext(suite, prompt, case, cassette, network, eval_run.model, epoch)
                 samples.append(await _run_sample(context, judge, answer, epochs))
+            results[index] = CaseResult(case.id, samples)
             if progress is not None:
                 progress()
-            return CaseResult(case.id, samples)
 
     try:
-        results = await asyncio.gather(*(one(case) for case in suite.cases), return_exceptions=True)
+        # a worker that raises (an interrupt) stops; the others still take every case left
+        ended = await asyncio.gather(*(worker() for _ in range(min(max(1, suite.concurrency), len(results)))),
+                                     return_exceptions=True)
     finally:
         if answer is not None:
             await answer.close()
@@ -389,10 +393,10 @@ async def run_suite(
             raise used.misses[0]
         if used is not None and epochs > 1 and mode == "replay" and used.index.repeated:
             raise _too_few_samples(suite, used, epochs)
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    eval_run.results = list(results)  # gather keeps the cases' order
+    for outcome in ended:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    eval_run.results = results  # in the suite's order; every case has its result: a worker only ends when none is left
     eval_run.ended_at = clock.now()
     return eval_run
 
@@ -462,7 +466,8 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int) -> Sampl
             ), "scorer"
     billed = case_run.billed
     cost = billed.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
-    return Sample(context.epoch, output, scores, cost, case_run.run_id, latency_ms, live[0] > 0, error, stage)
+    text = None if output is None else as_text(output)[:OUTPUT_CHARS]  # the object itself is not kept
+    return Sample(context.epoch, text, scores, cost, case_run.run_id, latency_ms, live[0] > 0, error, stage)
 
 
 def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str | None = None) -> None:
@@ -485,6 +490,7 @@ def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str
         "errored_cases": len(eval_run.errored), "matrix_id": eval_run.matrix_id,
         "matrix_reference": eval_run.matrix_reference if eval_run.matrix_id else None,
     })
+    appended = 0
     for result in eval_run.results:
         case = judged.get(result.case_id)
         spool.append("eval_result", {
@@ -492,7 +498,7 @@ def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str
             "score": result.score, "baseline_score": case.baseline if case else None,
             "delta": case.delta if case else None, "passed": None if case is None else not case.failed,
             "cost_micros": result.cost_micros, "baseline_cost_micros": case.baseline_cost_micros if case else None,
-            "output": as_text(result.output)[:4000] if result.output is not None else None,
+            "output": result.output,
             "scores": json.dumps({name: score.value for name, score in result.scores.items()}),
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
             "samples": len(result.samples), "spread": result.spread, "p_value": case.p_value if case else None,
@@ -501,8 +507,11 @@ def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str
             spool.append("eval_sample", {
                 "eval_run_id": eval_run.eval_run_id, "case_id": result.case_id, "epoch": sample.epoch,
                 "run_id": sample.run_id, "score": sample.score, "cost_micros": sample.cost_micros,
-                "latency_ms": sample.latency_ms, "live": sample.live,
-                "output": as_text(sample.output)[:4000] if sample.output is not None else None,
+                "latency_ms": sample.latency_ms, "live": sample.live, "output": sample.output,
                 "scores": json.dumps({name: score.value for name, score in sample.scores.items()}),
                 "error": f"{sample.error.code}: {sample.error.cause}" if sample.error else None,
             })
+        appended += 1 + len(result.samples)
+        if appended >= STORE_BATCH:  # written as they come: a large suite's rows never wait all at once
+            spool.flush(ingest=False)  # (in memory, and past the spool's cap on what may wait: dropped)
+            appended = 0
