@@ -55,6 +55,19 @@ def count(db: Path, sql: str) -> int:
         return con.execute(sql).fetchall()[0][0]
 
 
+def ingesters_of(db) -> dict[int, str]:
+    """The processes still ingesting into `db`, by pid: their command lines (Linux's /proc)."""
+    found = {}
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # it ended while we looked
+            continue
+        if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
+            found[int(cmdline.parent.name)] = " ".join(arg.decode(errors="replace") for arg in args)
+    return found
+
+
 def _can_unshare() -> list[str] | None:
     """The `unshare` prefix that gives a child its own mount namespace (root: a plain one; else a
     user namespace mapped to root), or None where neither works."""

@@ -14,7 +14,7 @@ import pytest
 
 import workbench
 from fixtures.capture_store import Store, register_test_models
-from reliability.faults import count, run_python, workbench_cli
+from reliability.faults import count, ingesters_of, run_python, workbench_cli
 from workbench.config import spool_dir_of
 from workbench.demo.fake_provider import Reply
 from workbench.store.ingest import ingest_spools
@@ -71,19 +71,6 @@ def test_a_script_that_exits_right_after_its_calls_keeps_every_one(tmp_path, fak
         assert count(db, "SELECT count(*) FROM spans WHERE name LIKE 'chat%'") == CALLS
 
 
-def ingesters_of(db) -> list[str]:
-    """The command lines of the processes still ingesting into `db` (Linux's /proc)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:  # it ended while we looked
-            continue
-        if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
-            found.append(" ".join(arg.decode(errors="replace") for arg in args))
-    return found
-
-
 def test_a_program_that_flushed_leaves_no_ingester_behind_when_it_exits(tmp_path, fake_url):
     """After `workbench.flush()` everything is in the store: the exit starts no ingester that
     would hold the store while the next program (a test, a report) opens it."""
@@ -96,7 +83,7 @@ def test_a_program_that_flushed_leaves_no_ingester_behind_when_it_exits(tmp_path
         "workbench.flush()\n",
         fake_url, cwd=tmp_path, env={"WORKBENCH_DB": str(db), "WORKBENCH_FLUSH_INTERVAL_S": "0.01"})
     assert result.returncode == 0, result.stderr
-    assert ingesters_of(db) == []
+    assert ingesters_of(db) == {}
     assert count(db, "SELECT count(*) FROM calls") == 3
 
 
@@ -139,7 +126,7 @@ def test_the_exit_ingester_removes_the_spool_file_of_a_process_still_exiting(tmp
     db = tmp_path / ".workbench" / "wb.duckdb"
     result = run_python(LINGERING_APP, fake_url, cwd=tmp_path, env={"WORKBENCH_DB": str(db)})
     assert result.returncode == 0, result.stderr
-    assert ingesters_of(db) == []
+    assert ingesters_of(db) == {}
     assert sorted(path.name for path in spool_dir_of(db).glob("*.jsonl")) == []
     assert count(db, "SELECT count(*) FROM calls") == 3
 

@@ -5,10 +5,8 @@ sends none, and it leaves without touching the store, the spool kept whole for a
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-from reliability.faults import count, run_python
-from reliability.test_nothing_lost import ingesters_of
+from reliability.faults import count, ingesters_of, run_python
 from workbench.config import spool_dir_of
 from workbench.store.ingest import ingest_spools
 
@@ -46,25 +44,12 @@ def ingesters_until_none(db, timeout_s: float = 90) -> set[int]:
     seen: set[int] = set()
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        running = _pids(db)
+        running = set(ingesters_of(db))
         if not running:
             return seen
         seen.update(running)
         time.sleep(0.02)
     raise AssertionError(f"ingesters still running: {ingesters_of(db)}")
-
-
-def _pids(db) -> set[int]:
-    """The processes ingesting into `db` (as `ingesters_of`, by pid)."""
-    found = set()
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
-            found.add(int(cmdline.parent.name))
-    return found
 
 
 def test_the_standing_by_ingester_stores_the_exiting_process_records_and_no_other_starts(tmp_path, fake_url):
