@@ -4,7 +4,8 @@ test workers can record into one cassette at once).
 
 Options that exist for pytest-recording's sake (`workbench.replay.pytest_vcr`) are generic here:
 `also` (more cassettes to replay from, never written), `match_body=False` (vcrpy's default matchers
-ignore the body) and `filters` (vcrpy's `before_record_*` hooks and `filter_*` options)."""
+ignore the body), `filters` (vcrpy's `before_record_*` hooks and `filter_*` options) and
+`documents` (filled with each file's document as parsed, so vcrpy need not parse it again)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
 from workbench.replay.cassette import (
     MAX_CASSETTE_BYTES, Interaction, RecordedRequest, RecordedResponse, StreamedInteractions, encoded_interaction,
-    format_of, load_cassette_with_meta, parse_cassette_with_meta, write_cassette,
+    format_of, load_cassette_with_document, parse_cassette_with_meta, write_cassette,
 )
 from workbench.replay.matcher import CassetteIndex, interaction_hash
 from workbench.replay.scrub import BodyHook, scrub
@@ -70,7 +71,8 @@ class RecordFilter(Protocol):
 
 class Cassette:
     def __init__(self, path: Path | str, mode: RecordMode | None = None, body_hook: BodyHook | None = None, *,
-                 also: Sequence[Path | str] = (), match_body: bool = True, filters: RecordFilter | None = None) -> None:
+                 also: Sequence[Path | str] = (), match_body: bool = True, filters: RecordFilter | None = None,
+                 documents: dict[Path, dict] | None = None) -> None:
         self.path = Path(path)
         self.mode: RecordMode = mode or settings().record_mode
         self.played_at_end = False  # True: what it played is written by write_played_records()
@@ -100,7 +102,9 @@ class Cassette:
                 interactions = StreamedInteractions(self.path, scrub)
                 hashes = interactions.meta.get("request_hashes")
             elif self.mode in ("replay", "record") and self.path.exists():
-                loaded, meta = load_cassette_with_meta(self.path)
+                loaded, meta, document = load_cassette_with_document(self.path)
+                if documents is not None:
+                    documents[self.path] = document
                 interactions = [scrub(item) for item in loaded]
                 hashes = meta.get("request_hashes")
             if not isinstance(hashes, list) or len(hashes) != len(interactions):
@@ -108,7 +112,10 @@ class Cassette:
             self.own = len(interactions)  # the recordings of this file; those of `also` follow them
             for extra in map(Path, also if self.mode in ("replay", "record") else ()):
                 if extra.exists() and extra.resolve() != self.path.resolve():
-                    more = [scrub(item) for item in load_cassette_with_meta(extra)[0]]
+                    loaded, _, document = load_cassette_with_document(extra)
+                    if documents is not None:
+                        documents[extra] = document
+                    more = [scrub(item) for item in loaded]
                     hashes = (hashes or [None] * len(interactions)) + [None] * len(more)
                     interactions += more
             self.index = CassetteIndex(interactions, hashes)
