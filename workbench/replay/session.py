@@ -50,7 +50,11 @@ def _working(cassette: Path, folder: str, suffix: str, work_dir: Path | None = N
         from workbench.capture.recorder import recorder
 
         work_dir = recorder().settings.work_dir
-    key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
+    return _working_of(Path(cassette).resolve(), folder, suffix, work_dir)
+
+
+def _working_of(resolved: Path, folder: str, suffix: str, work_dir: Path) -> Path:
+    key = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
     return work_dir / folder / f"{key}{suffix}"
 
 
@@ -76,6 +80,7 @@ class Cassette:
         self.path = Path(path)
         self.mode: RecordMode = mode or settings().record_mode
         self.played_at_end = False  # True: what it played is written by write_played_records()
+        self._played_kept = -1  # how many recordings it had played when it last kept its played record
         if self.mode not in MODES:
             raise WorkbenchError(
                 "WB_CONFIG_INVALID", f"record mode {self.mode!r}", f"use one of: {', '.join(MODES)}"
@@ -248,6 +253,9 @@ class Cassette:
         if not self.played_at_end:
             _write_played({self.path: (self.own, played)})
             return
+        if len(played) == self._played_kept:
+            return  # kept already: a suite's sessions are saved again at exit, and would each be rewritten
+        self._played_kept = len(played)
         with _played_lock:
             own, before = _played_unwritten.get(self.path, (self.own, set()))
             _played_unwritten[self.path] = (self.own, played | before if own == self.own else played)
@@ -279,14 +287,15 @@ def _write_played(cassettes: dict[Path, tuple[int, set[int]]]) -> None:
         with exclusive(work_dir / "locks" / "played.lock"):
             for path, (own, played) in cassettes.items():
                 try:
-                    _merge_played(path, _working(path, "replay", ".json", work_dir), own, played)
+                    resolved = path.resolve()  # once: a suite's end resolves a thousand of them
+                    _merge_played(resolved, _working_of(resolved, "replay", ".json", work_dir), own, played)
                 except OSError:
                     pass  # the stale check is advisory; replay itself must not fail on it
     except OSError:
         pass
 
 
-def _merge_played(path: Path, record: Path, own: int, played: set[int]) -> None:
+def _merge_played(resolved: Path, record: Path, own: int, played: set[int]) -> None:
     try:
         previous = json.loads(record.read_text())
         if previous.get("run") == _RUN and previous.get("interactions") == own:
@@ -295,7 +304,7 @@ def _merge_played(path: Path, record: Path, own: int, played: set[int]) -> None:
         pass
     temporary = record.with_name(f".{record.name}.{os.getpid()}")
     temporary.write_text(json.dumps({
-        "cassette": str(path.resolve()), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
+        "cassette": str(resolved), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
         "interactions": own, "played": sorted(played),
     }))
     os.replace(temporary, record)
