@@ -557,7 +557,8 @@ def test_vcrpys_half_replays_from_the_document_workbench_parsed_and_a_broken_fil
     (folder / "test_broken.yaml").write_text("interactions:\n- request: {uri: [unclosed\n")
     monkeypatch.setenv("FAKE_URL", DEAD)  # nothing answers: every call must be replayed
 
-    result = _run(inner, "-p", "no:randomly")
+    # in a child process: the conftest patches vcrpy's persister for good
+    result = inner.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, errors=1)  # the vcr fixture refuses it
     output = result.stdout.str()
     assert "test_broken" in output and "WB_CASSETTE_INVALID" in output and "test_broken.yaml" in output
