@@ -269,3 +269,39 @@ def test_what_a_suite_played_is_written_once_when_it_ends(pytester, monkeypatch,
     from workbench.replay.check import check_cassette
 
     assert check_cassette(pytester.path / "shared.json").never_played == [1]
+
+
+EXIT_CONFTEST = '''
+import atexit
+import json
+
+
+def _record(config):
+    from workbench.replay.session import played_record_path
+
+    return json.loads(played_record_path(config.rootpath / "shared.json").read_text())
+
+
+def pytest_configure(config):
+    # last in, first out: this cleanup runs after Workbench's, which writes the played record, and this
+    # exit function after Workbench's (its module, imported by the first test, registers its own later)
+    config.add_cleanup(lambda: print(f"AT_SUITE_END={_record(config)}"))
+    atexit.register(lambda: print(f"AT_EXIT={_record(config)}"))
+'''
+
+
+def test_the_played_record_is_not_written_again_at_exit(pytester, monkeypatch, tmp_path):
+    """Once the suite has ended and written what it played, the process's exit rewrites nothing:
+    it used to save every session of the suite again, and write each cassette's record a second time."""
+    monkeypatch.setenv("WORKBENCH_DB", str(tmp_path / "inner" / "wb.duckdb"))
+    pytester.makepyfile(test_shared=SHARED)
+    pytester.runpytest_inprocess("--workbench-record-mode=record", "-p", "no:cacheprovider").assert_outcomes(passed=3)
+    pytester.makeconftest(EXIT_CONFTEST)
+
+    replayed = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider", "-p", "no:randomly")
+    replayed.assert_outcomes(passed=3)
+    out = replayed.stdout.str()
+    at_end = [line for line in out.splitlines() if line.startswith("AT_SUITE_END=")]
+    at_exit = [line for line in out.splitlines() if line.startswith("AT_EXIT=")]
+    assert len(at_end) == len(at_exit) == 1, out
+    assert at_exit[0].removeprefix("AT_EXIT=") == at_end[0].removeprefix("AT_SUITE_END="), out  # same "at": not rewritten

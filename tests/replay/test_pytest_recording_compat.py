@@ -491,3 +491,74 @@ def test_litellm_async_under_the_marker_is_recorded_once_and_fully_played(inner,
     from workbench.replay.check import check_cassette
 
     assert check_cassette(cassette).never_played == []  # the replay run's record exists, and lists all
+
+
+PARSED_ONCE = '''
+import os
+
+import pytest
+import requests
+
+from ask import ask
+
+
+@pytest.mark.vcr
+def test_both_halves(vcr):
+    assert ask("hello") == "recorded: hello"  # Workbench's half
+    assert requests.get(os.environ["FAKE_URL"] + "/today").json() == {"temperature": 21}  # vcrpy's half
+    assert len(vcr.data) == 2
+
+
+@pytest.mark.vcr
+def test_broken():
+    ask("never sent")
+
+
+def test_vcrpy_never_read_a_file():
+    assert READ == []
+'''
+
+PARSED_ONCE_CONFTEST = '''
+from vcr.persisters.filesystem import FilesystemPersister
+
+READ = []
+_load = FilesystemPersister.load_cassette.__func__
+
+
+def _counted(cls, path, serializer):
+    READ.append(str(path))
+    return _load(cls, path, serializer)
+
+
+FilesystemPersister.load_cassette = classmethod(_counted)
+
+
+def pytest_configure(config):
+    import test_parsed_once
+
+    test_parsed_once.READ = READ
+'''
+
+
+def test_vcrpys_half_replays_from_the_document_workbench_parsed_and_a_broken_file_is_still_refused(inner, monkeypatch):
+    """Each cassette is parsed once, by Workbench (with its bounds): vcrpy, serving the test's
+    non-LLM traffic from the same file, builds its recordings from that document instead of
+    reading and parsing the file again. A file Workbench cannot read fails the test with
+    WB_CASSETTE_INVALID, as before."""
+    inner.makepyfile(test_parsed_once=PARSED_ONCE)
+    inner.makeconftest(PARSED_ONCE_CONFTEST)
+    folder = inner.path / "cassettes" / "test_parsed_once"
+    _write_chat_cassette(folder / "test_both_halves.yaml", "hello")
+    interactions = load_cassette(folder / "test_both_halves.yaml") + [Interaction(
+        request=RecordedRequest(method="GET", uri=f"{DEAD}/today"),
+        response=RecordedResponse(status=200, headers={"content-type": ["application/json"]}, body=b'{"temperature": 21}'),
+    )]
+    write_cassette(folder / "test_both_halves.yaml", interactions)
+    (folder / "test_broken.yaml").write_text("interactions:\n- request: {uri: [unclosed\n")
+    monkeypatch.setenv("FAKE_URL", DEAD)  # nothing answers: every call must be replayed
+
+    # in a child process: the conftest patches vcrpy's persister for good
+    result = inner.runpytest_subprocess("-p", "no:randomly", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=1)  # the vcr fixture refuses it
+    output = result.stdout.str()
+    assert "test_broken" in output and "WB_CASSETTE_INVALID" in output and "test_broken.yaml" in output

@@ -189,6 +189,12 @@ def parse_cassette(text: str | bytes, name: str = "<cassette>") -> list[Interact
 def parse_cassette_with_meta(text: str | bytes, name: str = "<cassette>") -> tuple[list[Interaction], dict]:
     """The interactions and Workbench's own mapping in the file (`workbench`: format, request
     hashes), parsed once; the mapping is empty for a cassette another tool wrote."""
+    return _read_document(parse_document(text, name), name)
+
+
+def parse_document(text: str | bytes, name: str = "<cassette>") -> dict:
+    """A cassette's text as the mapping written (`interactions`, `version`, ...), read with the
+    bounds above; anything else is WB_CASSETTE_INVALID."""
     if len(text) > MAX_CASSETTE_BYTES:
         raise _invalid(name, f"{len(text):,} bytes, over the limit of {MAX_CASSETTE_BYTES:,}")
     try:
@@ -208,6 +214,10 @@ def parse_cassette_with_meta(text: str | bytes, name: str = "<cassette>") -> tup
         raise _invalid(name, "nested too deeply to read") from exc
     if not isinstance(data, dict) or not isinstance(data.get("interactions"), list):
         raise _no_interactions(name)
+    return data
+
+
+def _read_document(data: dict, name: str) -> tuple[list[Interaction], dict]:
     interactions = []
     for index, raw in enumerate(data["interactions"]):
         try:
@@ -223,6 +233,12 @@ def load_cassette(path: Path | str) -> list[Interaction]:
 
 
 def load_cassette_with_meta(path: Path | str) -> tuple[list[Interaction], dict]:
+    return load_cassette_with_document(path)[:2]
+
+
+def load_cassette_with_document(path: Path | str) -> tuple[list[Interaction], dict, dict]:
+    """The interactions, Workbench's mapping and the whole document as parsed (which vcrpy, in a
+    pytest-recording suite, takes instead of parsing the file a second time)."""
     path = Path(path)
     try:
         if path.is_dir():
@@ -237,7 +253,8 @@ def load_cassette_with_meta(path: Path | str) -> tuple[list[Interaction], dict]:
         ) from exc
     except OSError as exc:
         raise _invalid(str(path), f"cannot read it: {exc}") from exc
-    return parse_cassette_with_meta(text, str(path))
+    document = parse_document(text, str(path))
+    return (*_read_document(document, str(path)), document)
 
 
 # --- streaming a large cassette ------------------------------------------------------------------

@@ -132,6 +132,14 @@ def _miss_text(miss) -> str:
     return f"{miss.code}: {miss.cause}\nfix: {miss.fix}"
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """The test's sessions are done with once it is torn down: held on by its item, a suite's
+    thousand cassettes would stay in memory to its end."""
+    if _SESSIONS in item.stash:
+        del item.stash[_SESSIONS]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A replay miss fails the test itself (not only its teardown), even when the code under test

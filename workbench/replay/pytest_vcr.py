@@ -188,14 +188,15 @@ def vcr(request: pytest.FixtureRequest, vcr_markers: list, record_mode: str, dis
 
     vcrpy = VCR(path_transformer=VCR.ensure_suffix(path.suffix), cassette_library_dir=str(path.parent),
                 record_mode=_VCRPY_MODE[mode])
-    vcrpy.register_persister(_SharedFile(extras))
+    documents: dict[Path, dict] = {}  # each file as Workbench's session parsed it, for vcrpy's half
+    vcrpy.register_persister(_SharedFile(extras, documents))
     request.config.hook.pytest_recording_configure(config=request.config, vcr=vcrpy)
     options = {**merged, "record_mode": _VCRPY_MODE[mode], "cassette_library_dir": str(path.parent),
                # httpx and httpx2 are Workbench's: vcrpy patching them too would serve the LLM calls itself
                "skip_patchers": tuple({*merged.get("skip_patchers", ()), "httpx", "httpx2"})}
     match_on = merged.get("match_on", _VCRPY_DEFAULT_MATCH_ON)
     session = Cassette(path, mode, also=extras, match_body="body" in match_on or "raw_body" in match_on,
-                       filters=_VcrFilters(vcrpy.get_merged_config(**options)))
+                       filters=_VcrFilters(vcrpy.get_merged_config(**options)), documents=documents)
     with run_in_cassette(request, session), vcrpy.use_cassette(path.name, **_not_twice(vcrpy, options)) as cassette:
         loaded = len(cassette.data)
         yield cassette
@@ -262,18 +263,26 @@ except (AttributeError, ValueError, OSError):
 
 class _SharedFile:
     """vcrpy's persister: it reads the cassette and the marker's extra cassettes (as
-    pytest-recording's does) and writes nothing: Workbench's session owns the file."""
+    pytest-recording's does) and writes nothing: Workbench's session owns the file. A file the
+    session has parsed already (with its bounds) is not parsed again: vcrpy builds its requests and
+    responses from that document, as its own yaml or json serializer would have given it."""
 
-    def __init__(self, extras: list[Path]) -> None:
+    def __init__(self, extras: list[Path], documents: dict[Path, dict]) -> None:
         self.extras = extras
+        self.documents = documents
 
     def load_cassette(self, cassette_path, serializer):
         from vcr.persisters.filesystem import CassetteNotFoundError, FilesystemPersister
+        from vcr.serialize import deserialize
+        from vcr.serializers import jsonserializer, yamlserializer
 
+        shared = serializer in (yamlserializer, jsonserializer)  # a serializer of the user's reads its own way
         requests, responses = [], []
         for path in dict.fromkeys([Path(cassette_path), *self.extras]):
+            document = self.documents.pop(path, None) if shared else None
             try:
-                loaded = FilesystemPersister.load_cassette(path, serializer)
+                loaded = deserialize(document, _Parsed) if document is not None \
+                    else FilesystemPersister.load_cassette(path, serializer)
             except CassetteNotFoundError:
                 continue
             requests += loaded[0]
@@ -285,6 +294,14 @@ class _SharedFile:
     @staticmethod
     def save_cassette(cassette_path, cassette_dict, serializer) -> None:
         pass
+
+
+class _Parsed:
+    """A vcrpy serializer over a document parsed already."""
+
+    @staticmethod
+    def deserialize(document: dict) -> dict:
+        return document
 
 
 def _hand_over(recorded: list, session) -> None:
@@ -311,6 +328,7 @@ class _VcrFilters:
     def __init__(self, config: dict) -> None:
         self.before_request = config["before_record_request"]
         self.before_response = config["before_record_response"]
+        self.no_request_filter = _empty_chain(self.before_request)
 
     def request(self, recorded):
         from vcr.request import Request
@@ -318,6 +336,9 @@ class _VcrFilters:
         from workbench.replay.cassette import RecordedRequest
 
         headers = {name: ", ".join(values) for name, values in recorded.headers.items()}
+        if self.no_request_filter:  # what the round trip through vcrpy's Request gives, without it
+            return RecordedRequest.model_construct(method=recorded.method, uri=recorded.uri, body=recorded.body or b"",
+                                                   headers={name: [value] for name, value in headers.items()})
         request = self.before_request(Request(recorded.method, recorded.uri, recorded.body or None, headers))
         if request is None:
             return None
@@ -344,6 +365,18 @@ class _VcrFilters:
                      for name, values in response["headers"].items()},
             body=body if isinstance(body, bytes) else body.encode(),
         )
+
+
+def _empty_chain(chain) -> bool:
+    """Whether a `before_record_*` chain vcrpy built holds no function (no filter_* option, no
+    ignored host, no hook): the list its closure calls, `filter_functions`, is empty. A chain of
+    another shape counts as not empty, and runs."""
+    code, closure = getattr(chain, "__code__", None), getattr(chain, "__closure__", None)
+    if code is None or not closure:
+        return False
+    cells = dict(zip(code.co_freevars, closure))
+    functions = cells["filter_functions"].cell_contents if "filter_functions" in cells else None
+    return isinstance(functions, list) and not functions
 
 
 # --- --block-network -------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ test workers can record into one cassette at once).
 
 Options that exist for pytest-recording's sake (`workbench.replay.pytest_vcr`) are generic here:
 `also` (more cassettes to replay from, never written), `match_body=False` (vcrpy's default matchers
-ignore the body) and `filters` (vcrpy's `before_record_*` hooks and `filter_*` options)."""
+ignore the body), `filters` (vcrpy's `before_record_*` hooks and `filter_*` options) and
+`documents` (filled with each file's document as parsed, so vcrpy need not parse it again)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
 from workbench.replay.cassette import (
     MAX_CASSETTE_BYTES, Interaction, RecordedRequest, RecordedResponse, StreamedInteractions, encoded_interaction,
-    format_of, load_cassette_with_meta, parse_cassette_with_meta, write_cassette,
+    format_of, load_cassette_with_document, parse_cassette_with_meta, write_cassette,
 )
 from workbench.replay.matcher import CassetteIndex, interaction_hash
 from workbench.replay.scrub import BodyHook, scrub
@@ -51,7 +52,11 @@ def _working(cassette: Path, folder: str, suffix: str, work_dir: Path | None = N
         from workbench.capture.recorder import recorder
 
         work_dir = recorder().settings.work_dir
-    key = hashlib.sha256(str(Path(cassette).resolve()).encode()).hexdigest()[:16]
+    return _working_of(Path(cassette).resolve(), folder, suffix, work_dir)
+
+
+def _working_of(resolved: Path, folder: str, suffix: str, work_dir: Path) -> Path:
+    key = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
     return work_dir / folder / f"{key}{suffix}"
 
 
@@ -72,10 +77,12 @@ class RecordFilter(Protocol):
 
 class Cassette:
     def __init__(self, path: Path | str, mode: RecordMode | None = None, body_hook: BodyHook | None = None, *,
-                 also: Sequence[Path | str] = (), match_body: bool = True, filters: RecordFilter | None = None) -> None:
+                 also: Sequence[Path | str] = (), match_body: bool = True, filters: RecordFilter | None = None,
+                 documents: dict[Path, dict] | None = None) -> None:
         self.path = Path(path)
         self.mode: RecordMode = mode or settings().record_mode
         self.played_at_end = False  # True: what it played is written by write_played_records()
+        self._played_kept = -1  # how many recordings it had played when it last kept its played record
         if self.mode not in MODES:
             raise WorkbenchError(
                 "WB_CONFIG_INVALID", f"record mode {self.mode!r}", f"use one of: {', '.join(MODES)}"
@@ -102,7 +109,9 @@ class Cassette:
                 interactions = StreamedInteractions(self.path, scrub)
                 hashes = interactions.meta.get("request_hashes")
             elif self.mode in ("replay", "record") and self.path.exists():
-                loaded, meta = load_cassette_with_meta(self.path)
+                loaded, meta, document = load_cassette_with_document(self.path)
+                if documents is not None:
+                    documents[self.path] = document
                 interactions = [scrub(item) for item in loaded]
                 hashes = meta.get("request_hashes")
             if not isinstance(hashes, list) or len(hashes) != len(interactions):
@@ -110,7 +119,10 @@ class Cassette:
             self.own = len(interactions)  # the recordings of this file; those of `also` follow them
             for extra in map(Path, also if self.mode in ("replay", "record") else ()):
                 if extra.exists() and extra.resolve() != self.path.resolve():
-                    more = [scrub(item) for item in load_cassette_with_meta(extra)[0]]
+                    loaded, _, document = load_cassette_with_document(extra)
+                    if documents is not None:
+                        documents[extra] = document
+                    more = [scrub(item) for item in loaded]
                     hashes = (hashes or [None] * len(interactions)) + [None] * len(more)
                     interactions += more
             self.index = CassetteIndex(interactions, hashes)
@@ -266,6 +278,9 @@ class Cassette:
         if not self.played_at_end:
             _write_played({self.path: (self.own, played)})
             return
+        if len(played) == self._played_kept:
+            return  # kept already: a suite's sessions are saved again at exit, and would each be rewritten
+        self._played_kept = len(played)
         with _played_lock:
             own, before = _played_unwritten.get(self.path, (self.own, set()))
             _played_unwritten[self.path] = (self.own, played | before if own == self.own else played)
@@ -297,14 +312,15 @@ def _write_played(cassettes: dict[Path, tuple[int, set[int]]]) -> None:
         with exclusive(work_dir / "locks" / "played.lock"):
             for path, (own, played) in cassettes.items():
                 try:
-                    _merge_played(path, _working(path, "replay", ".json", work_dir), own, played)
+                    resolved = path.resolve()  # once: a suite's end resolves a thousand of them
+                    _merge_played(resolved, _working_of(resolved, "replay", ".json", work_dir), own, played)
                 except OSError:
                     pass  # the stale check is advisory; replay itself must not fail on it
     except OSError:
         pass
 
 
-def _merge_played(path: Path, record: Path, own: int, played: set[int]) -> None:
+def _merge_played(resolved: Path, record: Path, own: int, played: set[int]) -> None:
     try:
         previous = json.loads(record.read_text())
         if previous.get("run") == _RUN and previous.get("interactions") == own:
@@ -313,7 +329,7 @@ def _merge_played(path: Path, record: Path, own: int, played: set[int]) -> None:
         pass
     temporary = record.with_name(f".{record.name}.{os.getpid()}")
     temporary.write_text(json.dumps({
-        "cassette": str(path.resolve()), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
+        "cassette": str(resolved), "at": datetime.now(timezone.utc).isoformat(), "run": _RUN,
         "interactions": own, "played": sorted(played),
     }))
     os.replace(temporary, record)
