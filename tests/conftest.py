@@ -19,6 +19,17 @@ else:
     settings.register_profile("workbench", deadline=None, suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("workbench")
 
+try:
+    # LiteLLM imports the importlib_metadata backport, which on its first import deletes the
+    # stdlib's `PathFinder.find_distributions` for good and puts its own finder on sys.meta_path.
+    # When that first import happens inside a pytester in-process run, the run's end restores
+    # sys.meta_path without that finder: no distribution is found by any later test of the worker
+    # ("No package metadata was found for httpcore2"). Imported here, before any run, the finder is
+    # part of every snapshot those runs restore.
+    import importlib_metadata  # noqa: F401
+except ImportError:  # the lake and client environments of .ci/run have no LiteLLM
+    pass
+
 
 @pytest.fixture(scope="session")
 def _fake_server() -> Iterator[FakeServer]:

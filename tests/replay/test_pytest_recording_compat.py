@@ -464,13 +464,7 @@ def test_litellm_async_under_the_marker_is_recorded_once_and_fully_played(inner,
     import subprocess
     import sys
 
-    # LiteLLM imports the importlib_metadata backport, which on import deletes the stdlib's
-    # `PathFinder.find_distributions` and puts its own finder on sys.meta_path; the in-process
-    # inner run then restores sys.meta_path, leaving no finder at all, and the next run fails
-    # ("No package metadata was found for pluggy"). Imported here first, it is part of the
-    # snapshot the inner runs restore.
-    import importlib_metadata  # noqa: F401
-
+    # (the importlib_metadata backport LiteLLM imports is imported by tests/conftest.py first)
     inner.makepyfile(test_litellm_suite=LITELLM_SUITE)
     inner.makeconftest(LITELLM_CONFTEST)
     _run(inner, "--record-mode=once").assert_outcomes(passed=1)
