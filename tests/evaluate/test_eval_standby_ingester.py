@@ -9,7 +9,7 @@ import sys
 import time
 
 from eval_support import OFFLINE_ENV
-from reliability.test_standby_ingester import _pids, ingesters_until_none
+from reliability.faults import ingesters_of, ingesters_until_none
 from test_examples import rows
 from workbench.config import spool_dir_of
 
@@ -21,7 +21,7 @@ def test_the_eval_exit_hands_its_results_to_the_ingester_started_with_it(example
                                     env={**os.environ, **OFFLINE_ENV, "WORKBENCH_DB": str(db)})
     before_exit: set[int] = set()
     while eval_process.poll() is None:
-        before_exit |= _pids(db)
+        before_exit |= set(ingesters_of(db))
         time.sleep(0.01)
     assert eval_process.returncode == 0, eval_process.stderr.read()
     after_exit = ingesters_until_none(db)

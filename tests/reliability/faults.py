@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,19 @@ def ingesters_of(db) -> dict[int, str]:
         if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
             found[int(cmdline.parent.name)] = " ".join(arg.decode(errors="replace") for arg in args)
     return found
+
+
+def ingesters_until_none(db, timeout_s: float = 90) -> set[int]:
+    """Wait for every ingester of `db` to end; the pids of those seen meanwhile."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = set(ingesters_of(db))
+        if not running:
+            return seen
+        seen.update(running)
+        time.sleep(0.02)
+    raise AssertionError(f"ingesters still running: {ingesters_of(db)}")
 
 
 def _can_unshare() -> list[str] | None:

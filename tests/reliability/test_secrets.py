@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from pathlib import Path
 
 from reliability.faults import run_python, store_text, workbench_cli
 from workbench.demo.fake_provider import Reply

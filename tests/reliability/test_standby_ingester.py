@@ -4,9 +4,8 @@ sends none, and it leaves without touching the store, the spool kept whole for a
 
 from __future__ import annotations
 
-import time
 
-from reliability.faults import count, ingesters_of, run_python
+from reliability.faults import count, ingesters_until_none, run_python
 from workbench.config import spool_dir_of
 from workbench.store.ingest import ingest_spools
 
@@ -37,19 +36,6 @@ def run_app(tmp_path, fake_url, calls: int, how: str, interval: str = "30"):
     result = run_python(STANDING_BY_APP, fake_url, str(calls), how, cwd=tmp_path,
                         env={"WORKBENCH_DB": str(db), "WORKBENCH_FLUSH_INTERVAL_S": interval})
     return db, result, int(result.stdout.split()[0])
-
-
-def ingesters_until_none(db, timeout_s: float = 90) -> set[int]:
-    """Wait for every ingester of `db` to end; the pids of those seen meanwhile."""
-    seen: set[int] = set()
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        running = set(ingesters_of(db))
-        if not running:
-            return seen
-        seen.update(running)
-        time.sleep(0.02)
-    raise AssertionError(f"ingesters still running: {ingesters_of(db)}")
 
 
 def test_the_standing_by_ingester_stores_the_exiting_process_records_and_no_other_starts(tmp_path, fake_url):
