@@ -144,15 +144,22 @@ def offline_env(root: Path, base_url: str) -> dict:
     return env
 
 
-def settle(root: Path) -> None:
+def settle(root: Path, env: dict | None = None) -> None:
     """Let the ingester the previous run started finish, and ingest what is left, so that no run is
-    timed while another process works on its store (a reader would do that ingest anyway)."""
-    from workbench.store.ingest import ingest_spools
-
-    while any(b"ingest_spools" in _cmdline(pid) for pid in os.listdir("/proc") if pid.isdigit()):
+    timed while another process works on its store (a reader would do that ingest anyway). `env`:
+    that of the tree whose store this is (an older tree refuses a store a newer one migrated)."""
+    while _ingesters(root):
         time.sleep(0.1)
-    ingest_spools(root / "store" / "wb.duckdb", root / "store" / "spool")
+    subprocess.run([sys.executable, "-c", "import sys; from workbench.store.ingest import ingest_spools; "
+                    "ingest_spools(sys.argv[1], sys.argv[2])", str(root / "store" / "wb.duckdb"),
+                    str(spool_of(root))], env=env, check=True)
     time.sleep(0.5)
+
+
+def spool_of(root: Path) -> Path:
+    from workbench.config import spool_dir_of
+
+    return spool_dir_of(root / "store" / "wb.duckdb")
 
 
 def _cmdline(pid: str) -> bytes:
@@ -340,6 +347,12 @@ assert outcome.error is None, outcome.error
 """
 
 
+def _copy_tree(root: Path, to: Path) -> Path:
+    shutil.rmtree(to, ignore_errors=True)
+    shutil.copytree(root, to, ignore=lambda folder, names: ["store"] if Path(folder) == root else [])
+    return to
+
+
 def tile(first: Path, root: Path, cases: int) -> Path:
     """A suite of `cases` cases made of the `first` suite's recorded ones repeated: each case's vars,
     expected answer, recording and baseline entry again, under an id of its own (recording 100,000
@@ -387,20 +400,29 @@ def bench_scale(base: Path, sizes: list[int], repeats: int, record_once: bool = 
             if recorded["rc"] != 0:
                 raise SystemExit(f"recording {cases:,} cases failed:\n{recorded['err']}")
         runs: dict[str, list[dict]] = {name: [] for name in trees}
+        # each tree its own copy of the suite and cassette, and a store of its own made by its own
+        # code: a tree that knows fewer migrations than another refuses a store that one migrated,
+        # and its ingester would end at once (a "stored" time that stores nothing)
+        roots = {name: _copy_tree(root, base / f"scale-{cases}-tree{index_tree}")
+                 for index_tree, name in enumerate(trees)}
         for _ in range(repeats):
             for name, path in trees.items():  # one run of each tree in turn: the same minutes
-                settle(root)
-                speed = machine_speed()
-                command = [str(Path(sys.executable).with_name("workbench")), "eval", "bench", "--evals",
-                           str(root / "evals")]
-                env = offline_env(root, f"http://127.0.0.1:{free_port()}/v1")
+                tree_root = roots[name]
+                env = offline_env(tree_root, f"http://127.0.0.1:{free_port()}/v1")
                 if path is not None:
                     env["PYTHONPATH"] = str(path)
+                settle(tree_root, env)
+                speed = machine_speed()
+                command = [str(Path(sys.executable).with_name("workbench")), "eval", "bench", "--evals",
+                           str(tree_root / "evals")]
                 load = os.getloadavg()[0]
-                result = _child(command, root, env)
+                result = _child(command, tree_root, env)
                 if result["rc"] != 0:
                     raise SystemExit(f"workbench eval of {cases:,} cases on {name} failed ({result['rc']}):\n"
                                      f"{result['err']}")
+                if left := list(spool_of(tree_root).glob("*.jsonl")):
+                    raise SystemExit(f"the ingester of {name} left {len(left)} spool file(s): its results were "
+                                     f"never stored, so its 'stored' time is void")
                 runs[name].append({**result, "speed": speed, "load": (load + os.getloadavg()[0]) / 2})
                 print(f"  {cases:,} cases, {name}: {result}", flush=True)
         for name in trees:
