@@ -426,8 +426,7 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
         if not chunks and not finished:
             break
 
-
-        def commit() -> int:
+        def commit() -> int:  # the batch (its tables' columns read once per ingest)
             nonlocal schemas
             schemas = schemas or _schemas(con)
             return _commit_batch(con, chunks, moved, finished, torn, schemas)
