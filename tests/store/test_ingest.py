@@ -167,3 +167,48 @@ def test_a_batch_cut_by_its_budget_ends_between_calls(tmp_path):
     assert [[(line["kind"], line["row"]["call_id"]) for line in batch] for batch in batches][0] == [
         ("call_prefix", "c0"), ("call", "c0"), ("call_body", "c0")]
     assert sum(batches, []) == lines  # nothing lost, nothing read twice
+
+
+def _backlog(spool: Path, calls: int) -> None:
+    """A dead writer's spool of `calls` calls, each with a 4 KB body and a span."""
+    spool.mkdir()
+    body = "fox " * 1000
+    with open(spool / DEAD, "wb") as handle:
+        for index in range(calls):
+            handle.write(_call(f"c{index}", span_id=f"s{index}") + _line(
+                "call_body", {"call_id": f"c{index}", "request_json": json.dumps({"content": body + str(index)}),
+                              "output_text": body}) + _line(
+                "span", {"span_id": f"s{index}", "trace_id": "t", "name": "chat", "start_time": "2025-01-01T00:00:00+00:00"}))
+
+
+def test_an_ingest_within_duckdbs_memory_limit_stores_every_record(tmp_path, caplog):
+    from workbench.store import ingest
+
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 3_000)  # 27 MB of spool, 4 batches
+    with caplog.at_level("INFO", logger="workbench.store"):
+        assert ingest_spools(db, spool) == 9_000
+    assert "without the limit" not in caplog.text  # done within ingest.INGEST_MEMORY_LIMIT
+    assert ingest.INGEST_MEMORY_LIMIT == "64MB"
+    assert _rows(db, "SELECT count(*), count(DISTINCT call_id), sum(length(b.request_json)) FROM calls "
+                     "JOIN call_bodies b USING (call_id)") == [(3_000, 3_000, 3_000 * 4015 + sum(
+                         len(str(index)) for index in range(3_000)))]
+    assert _rows(db, "SELECT count(*) FROM spans") == [(3_000,)]
+    assert _rows(db, "SELECT sum(calls) FROM call_rollup") == [(3_000,)]
+
+
+def test_a_batch_duckdb_cannot_do_within_the_limit_is_done_again_without_it(tmp_path, caplog, monkeypatch):
+    from workbench.store import ingest
+
+    monkeypatch.setattr(ingest, "INGEST_MEMORY_LIMIT", "1MB")  # too little for any batch
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 500)
+    with caplog.at_level("INFO", logger="workbench.store"):
+        assert ingest_spools(db, spool) == 1_500
+    assert "needed more than 1MB of DuckDB's memory: ingesting without the limit" in caplog.text
+    assert _rows(db, "SELECT count(*), count(DISTINCT call_id) FROM calls JOIN call_bodies USING (call_id)") == [
+        (500, 500)]
+    assert _rows(db, "SELECT count(*) FROM spans") == [(500,)]
+    assert not list(spool.glob("*.jsonl"))  # the dead writer's file, ingested whole, removed
+    with open_store(db) as con:  # the store itself keeps no limit
+        assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] != "976.5 KiB"

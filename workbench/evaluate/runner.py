@@ -513,5 +513,5 @@ def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str
             })
         appended += 1 + len(result.samples)
         if appended >= STORE_BATCH:  # written as they come: a large suite's rows never wait all at once
-            spool.flush(ingest=False)  # (in memory, and past the spool's cap on what may wait: dropped)
+            spool.flush(ingest=False)  # (encoded and written now, not all held in memory at the end)
             appended = 0

@@ -184,11 +184,22 @@ def open_store(
                 "open it once read-write (any `workbench` command where the store is writable) to migrate it",
             ) from exc
         _migrated.add(resolved)
-    elif resolved not in _migrated or not store_exists(path):
+    con = None
+    if not read_only and (resolved not in _migrated or not store_exists(path)):
         with _migrate_lock:
-            _prepare(path, wait_s)
+            if store_exists(path):  # checked and migrated on the connection it then yields: one open, not two
+                con = _connect(path, False, wait_s)
+                try:
+                    _refuse_foreign(con, path)
+                    migrate(con)
+                except BaseException:
+                    con.close()
+                    raise
+            else:
+                _create(path)
             _migrated.add(resolved)
-    con = _connect(path, read_only, wait_s)
+    if con is None:
+        con = _connect(path, read_only, wait_s)
     try:
         yield con
     finally:

@@ -37,6 +37,10 @@ from workbench.store.records import TABLES
 BATCH_BYTES = 8 * 1024 * 1024
 # the longest text of a quarantined record kept
 QUARANTINE_TEXT_CAP = 65536
+# DuckDB's memory while it ingests (its default is most of the machine's, kept as a cache of the
+# blocks it wrote): a batch needs far less, and what does not fit spills to its temporary folder. A
+# batch DuckDB cannot do within it is done again without the limit, never left out.
+INGEST_MEMORY_LIMIT = "64MB"
 
 _POLARS_TYPES = {
     "VARCHAR": pl.Utf8, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "BOOLEAN": pl.Boolean,
@@ -188,6 +192,8 @@ def _derived(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]
     records still go in, without verdicts)."""
     try:
         return importlib.import_module(DERIVE).derive(con, frames)
+    except duckdb.OutOfMemoryException:
+        raise  # the store's problem, not insight's: the batch is done again with more memory
     except Exception as exc:  # noqa: BLE001 - derived data never keeps a record out of the store
         log.warning("workbench could not derive cache verdicts and compactions for a batch: %s", exc, exc_info=True)
         return frames, {}
@@ -262,6 +268,18 @@ def write_rows(con: duckdb.DuckDBPyConnection, kind: str, rows: list[dict]) -> i
     return commit_frames(con, {kind: _frame(con, TABLES[kind][0], rows)}, {}, [], known_new=False)
 
 
+class ArrowStream:
+    """A frame as DuckDB scans it: through the Arrow C stream interface, each scan a new stream of
+    the same buffers. `frame.to_arrow()` would import pyarrow (and numpy), about 0.5 s of CPU and
+    40 MB in every short-lived ingester, for a copy DuckDB reads once."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self.frame = frame
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self.frame.__arrow_c_stream__(requested_schema)
+
+
 def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, known_new: bool = False,
                 on_lake: bool = False) -> int:
     """Insert a frame of one record kind (the table's columns) in one statement. `known_new`: the
@@ -272,7 +290,7 @@ def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, 
     table, key, replace = TABLES[kind]
     if replace or not known_new or on_lake:  # a repeated key inside a known-new batch fails the insert instead
         frame = frame.unique(subset=list(key), keep="last" if replace else "first", maintain_order=True)
-    con.register("_batch", frame.to_arrow())
+    con.register("_batch", ArrowStream(frame))
     # on an error the transaction is aborted (no unregister possible then); the next register replaces the view
     if kind == "call":  # the daily rollup takes the new calls in this same transaction
         rollup.add_calls(con, "_batch", only_new=on_lake or not known_new, append=on_lake)
@@ -318,7 +336,12 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
             return 0
         try:
             with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
-                return _ingest(con, files, closed)
+                limited = _limit_memory(con)
+                try:
+                    return _ingest(con, files, closed, limited)
+                finally:
+                    if limited:  # the instance may be shared with another of this process's connections
+                        _reset_memory(con)
         except WorkbenchError as exc:
             if not wait and exc.code == "WB_STORE_LOCKED":
                 return None
@@ -350,7 +373,23 @@ def _legacy_spools(db_path: Path, spool_dir: Path) -> list[Path]:
     return sorted(path for path in legacy.glob("*.jsonl") if _SPOOL_FILE.fullmatch(path.name))
 
 
-def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str] = frozenset()) -> int:
+def _limit_memory(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the store's memory limit was lowered for this ingest (a lake's is left alone)."""
+    if lake.is_lake_connection(con):
+        return False
+    con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+    return True
+
+
+def _reset_memory(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("RESET memory_limit")
+    except duckdb.Error:  # a connection a failure has invalidated: it closes next anyway
+        pass
+
+
+def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str] = frozenset(),
+            limited: bool = False) -> int:
     """Every spool file's new lines, batch by batch, each batch committed with its offsets."""
     positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
     schemas: dict[str, dict[str, pl.DataType]] | None = None
@@ -386,9 +425,21 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
                         torn.append(_Chunk(path.name, end, _tail(path, end)))
         if not chunks and not finished:
             break
-        if schemas is None:
-            schemas = _schemas(con)
-        total += _commit_batch(con, chunks, moved, finished, torn, schemas)
+
+        def commit() -> int:  # the batch (its tables' columns read once per ingest)
+            nonlocal schemas
+            schemas = schemas or _schemas(con)
+            return _commit_batch(con, chunks, moved, finished, torn, schemas)
+
+        try:
+            total += commit()
+        except duckdb.OutOfMemoryException:
+            if not limited:
+                raise
+            log.info("a batch needed more than %s of DuckDB's memory: ingesting without the limit", INGEST_MEMORY_LIMIT)
+            _reset_memory(con)
+            limited = False
+            total += commit()
         positions.update(moved)
         for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
             path.unlink(missing_ok=True)

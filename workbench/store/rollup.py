@@ -149,17 +149,14 @@ def add_calls(con: duckdb.DuckDBPyConnection, batch: str, only_new: bool, append
             con.execute(f"INSERT INTO {spec.table} BY NAME {spec.aggregate(source)}")
             continue
         same = " AND ".join(f"d.{key} IS NOT DISTINCT FROM r.{key}" for key in spec.merged_on)
-        merged = con.sql(f"""
+        # a temporary table, not an Arrow table: pyarrow's import would cost an ingester ~0.5 s
+        con.execute(f"""CREATE OR REPLACE TEMPORARY TABLE _wb_rollup AS
             WITH delta AS ({spec.aggregate(source)})
             {spec.merged(f"SELECT * FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM delta d WHERE {same}) "
-                         "UNION ALL BY NAME SELECT * FROM delta")}""").to_arrow_table()
-        if not merged.num_rows:
-            continue
-        con.register("_wb_rollup", merged)
-        # on an error the transaction is aborted (no unregister possible then); the next register replaces it
+                         "UNION ALL BY NAME SELECT * FROM delta")}""")
         con.execute(f"DELETE FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM _wb_rollup d WHERE {same})")
         con.execute(f"INSERT INTO {spec.table} BY NAME SELECT * FROM _wb_rollup")
-        con.unregister("_wb_rollup")
+        con.execute("DROP TABLE _wb_rollup")
 
 
 def whole(con: duckdb.DuckDBPyConnection, spec: Rollup = DAILY) -> bool:

@@ -33,7 +33,8 @@ import orjson
 
 log = logging.getLogger("workbench.store")
 
-# a process that cannot write its spool keeps at most this many records in memory, then drops
+# records waiting for the spool thread: past this many, the appending thread writes them itself
+# (back-pressure); a process that cannot write its spool at all keeps this many, then drops
 MAX_PENDING = 200_000
 # the spool thread never wakes more often than this, whatever the setting says
 MIN_FLUSH_INTERVAL_S = 0.01
@@ -56,7 +57,9 @@ class Spool:
         self._pending: list[tuple[str, dict]] = []
         self._deferred: list[Callable[[], None]] = []
         self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
+        # reentrant: work deferred to a write may append records, and past the cap an append writes
+        self._write_lock = threading.RLock()
+        self._unwritable = False  # the last write failed
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._running = False  # the thread is up: `append` checks only this (it runs for every record)
@@ -76,11 +79,23 @@ class Spool:
     def append(self, kind: str, row: dict) -> None:
         """Queue one record; `row` must not change afterwards (it is encoded later)."""
         with self._lock:
-            if len(self._pending) >= MAX_PENDING:
-                self.stats["dropped"] += 1
-                return
-            self._pending.append((kind, row))
+            full = len(self._pending) >= MAX_PENDING
+            if not full:
+                self._pending.append((kind, row))
+        if full:
+            self._append_when_full(kind, row)
         self._ensure_thread()
+
+    def _append_when_full(self, kind: str, row: dict) -> None:
+        """The spool thread is behind (a burst faster than it encodes): this thread writes what waits,
+        then queues the record. Dropped (and counted) only when the file cannot be written."""
+        if not self._unwritable:  # a failing file is retried by the spool thread, not on every append
+            self.flush(ingest=False)
+        with self._lock:
+            if len(self._pending) < MAX_PENDING:
+                self._pending.append((kind, row))
+                return
+            self.stats["dropped"] += 1
 
     def defer(self, work: Callable[[], None]) -> None:
         """Run `work` on the spool thread before the next write (it may `append` records)."""
@@ -225,10 +240,14 @@ class Spool:
                         os.close(fd)
                     self.stats["written"] += len(lines)
                     self._to_ingest += len(lines)
+                    self._unwritable = False
                 except OSError as exc:
+                    self._unwritable = True
                     self._fail("write", exc)
-                    with self._lock:  # keep them for the next try, oldest first
-                        self._pending[:0] = batch[: MAX_PENDING - len(self._pending)]
+                    with self._lock:  # keep them for the next try, oldest first, as many as may wait
+                        kept = max(0, min(len(batch), MAX_PENDING - len(self._pending)))
+                        self._pending[:0] = batch[:kept]
+                        self.stats["dropped"] += len(batch) - kept
                     return
         if ingest and (self._to_ingest or wait):
             from workbench.store.ingest import ingest_spools, try_ingest
@@ -282,7 +301,7 @@ def _forked(spool_ref: weakref.ref) -> None:
     the child starts its own thread and writes its own file."""
     spool = spool_ref()
     if spool is not None:
-        spool._lock, spool._write_lock = threading.Lock(), threading.Lock()
+        spool._lock, spool._write_lock = threading.Lock(), threading.RLock()
         spool._running, spool._thread, spool._file, spool._ingester = False, None, None, None
         spool._standby = None  # the parent's: only the parent hands it over
 
