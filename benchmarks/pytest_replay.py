@@ -120,18 +120,6 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _ingesting(db: Path) -> bool:
-    """Whether a process is still ingesting into `db` (Linux's /proc: the detached ingesters)."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:  # it ended while we looked
-            continue
-        if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
-            return True
-    return False
-
-
 def _in_store(db: Path, n: int) -> bool:
     """Whether the suite's n calls are in the store. A spool file can outlive its records: an
     ingester that ran while its writer was alive leaves the file (with its offset at the end) to the
@@ -139,7 +127,9 @@ def _in_store(db: Path, n: int) -> bool:
     spool = db.parent / (db.name + ".workbench") / "spool"  # workbench.config.spool_dir_of
     if spool.exists() and not any(spool.glob("*.jsonl")):
         return True  # every file finished and removed (a spooled record never leaves its file unread)
-    if _ingesting(db) or not db.exists():
+    from workbench.store.spool import ingesters_of
+
+    if ingesters_of(db) or not db.exists():
         return False
     import duckdb
 

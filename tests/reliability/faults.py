@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from workbench.store.db import open_store
+from workbench.store.spool import ingesters_of  # noqa: F401 - the tests find it here, beside the wait on it
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,19 +55,6 @@ def store_text(db: Path) -> str:
 def count(db: Path, sql: str) -> int:
     with open_store(db, read_only=True, wait_s=60) as con:
         return con.execute(sql).fetchall()[0][0]
-
-
-def ingesters_of(db) -> dict[int, str]:
-    """The processes still ingesting into `db`, by pid: their command lines (Linux's /proc)."""
-    found = {}
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:  # it ended while we looked
-            continue
-        if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
-            found[int(cmdline.parent.name)] = " ".join(arg.decode(errors="replace") for arg in args)
-    return found
 
 
 def ingesters_until_none(db, timeout_s: float = 90) -> set[int]:
