@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -16,40 +17,40 @@ from reliability.faults import REPO, count, ingesters_until_none
 from workbench.config import spool_dir_of
 from workbench.store.ingest import ingest_spools
 
-SUITE = r'''
-import os, signal, time
-from pathlib import Path
+SUITE = textwrap.dedent(r'''
+    import os, signal, time
+    from pathlib import Path
 
-import pytest
+    import pytest
 
-from workbench.store.spool import ingesters_of
+    from workbench.store.spool import ingesters_of
 
-HOW = os.environ["HOW"]
-
-
-@pytest.mark.parametrize("index", range(int(os.environ["CALLS"])))
-def test_call(workbench_cassette, index):
-    if HOW != "no-call":
-        response = workbench_cassette.http_client().post(
-            os.environ["FAKE_URL"] + "/v1/chat/completions",
-            json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
-        assert response.status_code == 200
-    with open("seen.txt", "a") as seen:  # the ingesters running while the tests run
-        seen.write(" ".join(map(str, ingesters_of(os.environ["WORKBENCH_DB"]))) + "\n")
+    HOW = os.environ["HOW"]
 
 
-def test_last():
-    if HOW == "interrupt":
-        raise KeyboardInterrupt
-    if HOW == "kill-9":
-        calls, deadline = int(os.environ["CALLS"]), time.monotonic() + 20
-        spool = Path(os.environ["WORKBENCH_DB"] + ".workbench") / "spool"
-        while time.monotonic() < deadline:  # the spool thread writes within flush_interval_s
-            if sum(path.read_bytes().count(b'"kind":"call"') for path in spool.glob("*.jsonl")) >= calls:
-                break
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGKILL)
-'''
+    @pytest.mark.parametrize("index", range(int(os.environ["CALLS"])))
+    def test_call(workbench_cassette, index):
+        if HOW != "no-call":
+            response = workbench_cassette.http_client().post(
+                os.environ["FAKE_URL"] + "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
+            assert response.status_code == 200
+        with open("seen.txt", "a") as seen:  # the ingesters running while the tests run
+            seen.write(" ".join(map(str, ingesters_of(os.environ["WORKBENCH_DB"]))) + "\n")
+
+
+    def test_last():
+        if HOW == "interrupt":
+            raise KeyboardInterrupt
+        if HOW == "kill-9":
+            calls, deadline = int(os.environ["CALLS"]), time.monotonic() + 20
+            spool = Path(os.environ["WORKBENCH_DB"] + ".workbench") / "spool"
+            while time.monotonic() < deadline:  # the spool thread writes within flush_interval_s
+                if sum(path.read_bytes().count(b'"kind":"call"') for path in spool.glob("*.jsonl")) >= calls:
+                    break
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGKILL)
+''')  # indented: its tests are the child's, not this module's
 
 
 def run_session(tmp_path, fake_url, how: str, calls: int = 3, *options: str) -> tuple:
