@@ -70,6 +70,21 @@ def ingesters_until_none(db, timeout_s: float = 90) -> set[int]:
     raise AssertionError(f"ingesters still running: {ingesters_of(db)}")
 
 
+def assert_spool_whole_after_the_standby_left(db, calls: int) -> None:
+    """A killed process's standby ingester saw its input end without a word and left without
+    opening the store; the spool holds every one of the `calls` calls, and a later ingestion (any
+    reader's) stores them all."""
+    from workbench.config import spool_dir_of
+    from workbench.store.ingest import ingest_spools
+
+    ingesters_until_none(db)
+    assert not db.exists()
+    spooled = sum(path.read_bytes().count(b'"kind":"call"') for path in spool_dir_of(db).glob("*.jsonl"))
+    assert spooled == calls
+    ingest_spools(db, spool_dir_of(db), wait=True)
+    assert count(db, "SELECT count(*) FROM calls") == calls
+
+
 def _can_unshare() -> list[str] | None:
     """The `unshare` prefix that gives a child its own mount namespace (root: a plain one; else a
     user namespace mapped to root), or None where neither works."""
