@@ -22,8 +22,9 @@ Variants, each `python -m pytest -q -p no:randomly -p no:cacheprovider` in a sub
   each replayed call spooled for the store).
 
 Wall and CPU (the pytest process and the children it waited for) of the pytest process, best of
---runs. Workbench leaves the spooled calls to a detached ingester when pytest exits (nothing is
-lost: the spool is on disk); its time until the calls are in the store is reported apart."""
+--runs. Workbench hands the spooled calls, as the session ends, to the ingester standing by since its
+first test (not pytest's child when it works: its CPU is not in pytest's; nothing is lost, the spool
+is on disk); its time until the calls are in the store is reported apart."""
 
 from __future__ import annotations
 
