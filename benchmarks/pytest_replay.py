@@ -22,8 +22,9 @@ Variants, each `python -m pytest -q -p no:randomly -p no:cacheprovider` in a sub
   each replayed call spooled for the store).
 
 Wall and CPU (the pytest process and the children it waited for) of the pytest process, best of
---runs. Workbench leaves the spooled calls to a detached ingester when pytest exits (nothing is
-lost: the spool is on disk); its time until the calls are in the store is reported apart."""
+--runs. Workbench hands the spooled calls, as the session ends, to the ingester standing by since its
+first test (not pytest's child when it works: its CPU is not in pytest's; nothing is lost, the spool
+is on disk); its time until the calls are in the store is reported apart."""
 
 from __future__ import annotations
 
@@ -120,18 +121,6 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _ingesting(db: Path) -> bool:
-    """Whether a process is still ingesting into `db` (Linux's /proc: the detached ingesters)."""
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:  # it ended while we looked
-            continue
-        if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
-            return True
-    return False
-
-
 def _in_store(db: Path, n: int) -> bool:
     """Whether the suite's n calls are in the store. A spool file can outlive its records: an
     ingester that ran while its writer was alive leaves the file (with its offset at the end) to the
@@ -139,7 +128,9 @@ def _in_store(db: Path, n: int) -> bool:
     spool = db.parent / (db.name + ".workbench") / "spool"  # workbench.config.spool_dir_of
     if spool.exists() and not any(spool.glob("*.jsonl")):
         return True  # every file finished and removed (a spooled record never leaves its file unread)
-    if _ingesting(db) or not db.exists():
+    from workbench.store.spool import ingesters_of
+
+    if ingesters_of(db) or not db.exists():
         return False
     import duckdb
 

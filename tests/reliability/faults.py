@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from workbench.store.db import open_store
+from workbench.store.spool import ingesters_of  # noqa: F401 - the tests find it here, beside the wait on it
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,19 +57,6 @@ def count(db: Path, sql: str) -> int:
         return con.execute(sql).fetchall()[0][0]
 
 
-def ingesters_of(db) -> dict[int, str]:
-    """The processes still ingesting into `db`, by pid: their command lines (Linux's /proc)."""
-    found = {}
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            args = cmdline.read_bytes().split(b"\0")
-        except OSError:  # it ended while we looked
-            continue
-        if str(db).encode() in args and any(b"ingest_spools" in arg for arg in args):
-            found[int(cmdline.parent.name)] = " ".join(arg.decode(errors="replace") for arg in args)
-    return found
-
-
 def ingesters_until_none(db, timeout_s: float = 90) -> set[int]:
     """Wait for every ingester of `db` to end; the pids of those seen meanwhile."""
     seen: set[int] = set()
@@ -80,6 +68,21 @@ def ingesters_until_none(db, timeout_s: float = 90) -> set[int]:
         seen.update(running)
         time.sleep(0.02)
     raise AssertionError(f"ingesters still running: {ingesters_of(db)}")
+
+
+def assert_spool_whole_after_the_standby_left(db, calls: int) -> None:
+    """A killed process's standby ingester saw its input end without a word and left without
+    opening the store; the spool holds every one of the `calls` calls, and a later ingestion (any
+    reader's) stores them all."""
+    from workbench.config import spool_dir_of
+    from workbench.store.ingest import ingest_spools
+
+    ingesters_until_none(db)
+    assert not db.exists()
+    spooled = sum(path.read_bytes().count(b'"kind":"call"') for path in spool_dir_of(db).glob("*.jsonl"))
+    assert spooled == calls
+    ingest_spools(db, spool_dir_of(db), wait=True)
+    assert count(db, "SELECT count(*) FROM calls") == calls
 
 
 def _can_unshare() -> list[str] | None:

@@ -5,9 +5,8 @@ sends none, and it leaves without touching the store, the spool kept whole for a
 from __future__ import annotations
 
 
-from reliability.faults import count, ingesters_until_none, run_python
+from reliability.faults import assert_spool_whole_after_the_standby_left, count, ingesters_until_none, run_python
 from workbench.config import spool_dir_of
-from workbench.store.ingest import ingest_spools
 
 STANDING_BY_APP = r"""
 import os, signal, sys, time
@@ -50,12 +49,7 @@ def test_the_standing_by_ingester_stores_the_exiting_process_records_and_no_othe
 def test_a_killed_process_leaves_its_spool_whole_and_its_standby_ingests_nothing(tmp_path, fake_url):
     db, result, standby = run_app(tmp_path, fake_url, 3, "kill-9", interval="0.05")
     assert result.returncode == -9, result.stderr
-    ingesters_until_none(db)  # the standby saw its input end without a word, and left
-    assert not db.exists()  # it never opened the store
-    spooled = sum(path.read_bytes().count(b'"kind":"call"') for path in spool_dir_of(db).glob("*.jsonl"))
-    assert spooled == 3
-    ingest_spools(db, spool_dir_of(db), wait=True)  # a later ingestion (any reader's) takes every record
-    assert count(db, "SELECT count(*) FROM calls") == 3
+    assert_spool_whole_after_the_standby_left(db, calls=3)
 
 
 def test_a_process_that_recorded_nothing_dismisses_its_standby(tmp_path, fake_url):

@@ -16,6 +16,7 @@ pytest-recording's marker, fixtures and options are served by `workbench.replay.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -30,6 +31,9 @@ DUMMY_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 DUMMY_KEY = "workbench-replay-needs-no-key"
 _SESSIONS = pytest.StashKey[list]()
 _PLAYED_AT_END = pytest.StashKey[bool]()
+_OWNS_PROCESS = pytest.StashKey[bool]()  # the process's first session: its standby ingester is this session's
+_STANDBY_ASKED = pytest.StashKey[bool]()
+_sessions_begun = 0
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,6 +46,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _sessions_begun
+    config.stash[_OWNS_PROCESS] = _sessions_begun == 0
+    _sessions_begun += 1
     config.addinivalue_line(
         "markers", "workbench_cassette(path=None, mode=None): the test's cassette (a path relative to the test file)"
     )
@@ -78,6 +85,7 @@ def run_in_cassette(request: pytest.FixtureRequest, session) -> Iterator:
     from workbench.replay.ambient import cassette
 
     request.node.stash.setdefault(_SESSIONS, []).append(session)
+    _stand_by_ingester(request.config)
     _played_written_at_end(request.config, session)
     instrumented = capture.instrumented()
     if not instrumented:
@@ -98,6 +106,36 @@ def run_in_cassette(request: pytest.FixtureRequest, session) -> Iterator:
     if len(session.misses) > reported:  # a miss after the test body (in another fixture's teardown)
         session._misses_reported = len(session.misses)
         pytest.fail(_miss_text(session.misses[reported]), pytrace=False)
+
+
+def _stand_by_ingester(config: pytest.Config) -> None:
+    """Start, at the session's first cassette, the ingester its end hands the spooled calls to
+    (`Spool.stand_by`): its start-up runs beside the tests, and no ingester starts on the clock
+    meanwhile. pytest killed first sends it nothing: it leaves, the spool stays whole. Only for the
+    process's first session: a session run inside another (pytester) leaves the spool to that one."""
+    if config.stash.get(_STANDBY_ASKED, False):
+        return
+    config.stash[_STANDBY_ASKED] = True
+    if not config.stash.get(_OWNS_PROCESS, False):
+        return
+    try:
+        from workbench.capture import recorder
+
+        if not recorder().settings.capture:
+            return
+        spool = recorder().spool
+        spool.stand_by()
+    except Exception:  # noqa: BLE001 - recording never breaks the tests: the exit starts an ingester instead
+        return
+    config.add_cleanup(functools.partial(_hand_over_at_end, spool))  # after every other cleanup: added first
+
+
+def _hand_over_at_end(spool) -> None:
+    """The session's spooled calls, to its standby ingester (with nothing recorded, it is dismissed)."""
+    try:
+        spool.hand_over()
+    except Exception as exc:  # noqa: BLE001 - never fail the session: the spool keeps the records
+        spool.note_failure("ingest", exc)
 
 
 def _played_written_at_end(config: pytest.Config, session) -> None:

@@ -143,7 +143,9 @@ class Spool:
                 if not self._stopping:
                     self.flush(ingest=False)
                     every = max(INGEST_EVERY_S, INGEST_SHARE * self._ingester_took())
-                    due = time.monotonic() - self._ingested_at >= every
+                    # with an ingester standing by, the end hands it everything: no process start
+                    # on the clock meanwhile, only past INGEST_AFTER_RECORDS (its batch stays bounded)
+                    due = self._standby is None and time.monotonic() - self._ingested_at >= every
                     if self._to_ingest and (due or self._to_ingest >= INGEST_AFTER_RECORDS):
                         self._ingest_in_background()
         finally:
@@ -193,6 +195,20 @@ class Spool:
             return standby.poll() is None or standby.returncode == 0
         except OSError:  # it ended (killed, or failed to start): nothing was handed over
             return False
+
+    def hand_over(self) -> None:
+        """Write what is pending and give this process's file to the standing-by ingester (or to
+        a detached one when none stands by), if there is anything to ingest; else dismiss the
+        standby. Recording may go on afterwards: into a new file, for the next ingestion."""
+        self.flush(ingest=False)
+        if self._to_ingest or self._ingester is not None:
+            # reset first: what is written from now on counts again (into this file or the next)
+            self._to_ingest, self._ingester, self._ingested_at = 0, None, time.monotonic()
+            closed = self.close_file()
+            if not self._hand_over(closed):
+                _ingest_detached(self.db_path, self.spool_dir, closed)
+        else:
+            self._dismiss_standby()
 
     def _dismiss_standby(self) -> None:
         standby, self._standby = self._standby, None
@@ -343,13 +359,7 @@ def _flush_at_exit() -> None:
         spool.stop()
     for spool in list(_spools.values()):
         try:
-            spool.flush(ingest=False)
-            if spool._to_ingest or spool._ingester is not None:
-                closed = spool.close_file()
-                if not spool._hand_over(closed):
-                    _ingest_detached(spool.db_path, spool.spool_dir, closed)
-            else:
-                spool._dismiss_standby()
+            spool.hand_over()
         except Exception:  # noqa: BLE001 - never fail an exiting application
             pass
 
@@ -374,6 +384,20 @@ def _ingest_detached(db_path: Path, spool_dir: Path, closed: Path | None = None,
         start_new_session=True,
         stdin=subprocess.PIPE if standby else subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+
+
+def ingesters_of(db_path) -> dict[int, str]:
+    """The ingesters Workbench started for the store at `db_path` (detached or standing by) that
+    are still running, by pid: their command lines. Linux's /proc; elsewhere none are seen."""
+    found = {}
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # it ended while we looked
+            continue
+        if str(db_path).encode() in args and any(b"ingest_spools" in arg for arg in args):
+            found[int(cmdline.parent.name)] = " ".join(arg.decode(errors="replace") for arg in args)
+    return found
 
 
 # Flush before the interpreter starts to finalize (DuckDB refuses to scan Python objects then):
