@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from opentelemetry import context as otel_context
 from pydantic import BaseModel
 
 from runtime_support import CLAUDE, GPT, Store, register_models
@@ -218,7 +219,8 @@ def test_fast_path_stores_what_the_full_path_stores(tmp_path: Path, fake_provide
     assert len(fast_session.misses) == 1
 
 
-@pytest.mark.parametrize("case", ["record mode", "filters", "capture off", "cookie kept", "auth"])
+@pytest.mark.parametrize("case", ["record mode", "filters", "capture off", "suppressed", "cookie kept", "auth",
+                                  "closed client"])
 def test_fast_path_leaves_to_the_full_path(tmp_path: Path, case: str):
     """Where the fast path cannot answer exactly as the full path would, it declines (None) and
     the request is sent by the client as before."""
@@ -233,9 +235,18 @@ def test_fast_path_leaves_to_the_full_path(tmp_path: Path, case: str):
     url = httpx2.URL("http://127.0.0.1:9/v1/chat/completions")
 
     async def ask():
+        if case == "closed client":
+            await client.aclose()
         return await transport.answer_directly(client, "POST", url, b'{"model":"gpt-test"}', {})
 
-    assert asyncio.run(ask()) is None
+    if case == "suppressed":  # OpenTelemetry's "do not record me", as an SDK's own exporter sets it
+        token = otel_context.attach(otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True))
+        try:
+            assert asyncio.run(ask()) is None
+        finally:
+            otel_context.detach(token)
+    else:
+        assert asyncio.run(ask()) is None
     assert session.misses == [] and not session.index.played  # nothing looked up, nothing taken
     assert recorder().settings.capture is (case != "capture off")
 

@@ -324,6 +324,7 @@ def build(httpx: ModuleType):
         def __init__(self, cassette: Cassette, inner=None) -> None:
             self.cassette = cassette
             self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
+            self._merged: tuple | None = None  # the fast path's last request headers
 
         async def handle_async_request(self, request):
             recorded = _recorded_request(self.cassette, request, scrub_body(await request.aread(), self.cassette.body_hook))
@@ -348,21 +349,17 @@ def build(httpx: ModuleType):
             runtime provider's): the cassette's answer without an httpx request built or a response
             stream read, recorded exactly as the capture transport records it. None when the full
             path must send the request: not replaying, capture off or suppressed, an ambient route,
-            record filters, a client with cookies, auth or event hooks. An answer the client must
+            record filters, a closed client or one with cookies, auth or event hooks. An answer the client must
             act on (a redirect, a streamed or cut body) is handed to the full path, which
             serves it rather than taking the next recording."""
             cassette = self.cassette
-            if (cassette.mode != "replay" or cassette.filters is not None or client.auth is not None
+            if (cassette.mode != "replay" or cassette.filters is not None or client.is_closed or client.auth is not None
                     or len(client.cookies) or any(client.event_hooks.values()) or not records_now()
                     or routed(self, httpx, True) is not self):
                 return None
-            merged = httpx.Headers(client.headers)
-            merged.update(headers)
+            merged, recorded_headers = self._merged_headers(client, headers)
             uri = str(url)
             request = _DirectRequest(method, uri, merged, content)
-            recorded_headers: dict[str, list[str]] = {}
-            for name, value in merged.multi_items():
-                recorded_headers.setdefault(name, []).append(value)
             body = scrub_body(content, cassette.body_hook)
             try:
                 answer = answered(cassette, RecordedRequest.model_construct(method=method, uri=uri, headers=recorded_headers,
@@ -379,8 +376,26 @@ def build(httpx: ModuleType):
             response = httpx.Response(answer.status, headers=answer.headers, stream=httpx.ByteStream(answer.body),
                                       extensions=answer.extensions)
             record_answered(request, response, answer.body)
-            response.read()
+            # the body as read: `read()` would decode and re-chunk a body that is already whole and
+            # plain, at twice the cost of the response itself
+            response._content = answer.body
+            response.is_stream_consumed = response.is_closed = True
             return response
+
+        def _merged_headers(self, client, headers: dict[str, str]) -> tuple:
+            """The request's headers as the client would send them (its own, then the call's), and
+            as a cassette holds them; kept for the next call, whose headers are the same."""
+            key = (client, tuple(headers.items()))
+            cached = self._merged
+            if cached is not None and cached[0] == key:
+                return cached[1], cached[2]
+            merged = httpx.Headers(client.headers)
+            merged.update(headers)
+            recorded: dict[str, list[str]] = {}
+            for name, value in merged.multi_items():
+                recorded.setdefault(name, []).append(value)
+            self._merged = (key, merged, recorded)
+            return merged, recorded
 
         async def aclose(self) -> None:
             self.cassette.save_or_log()
