@@ -166,6 +166,29 @@ def _failed(pending: Pending, exc: BaseException) -> None:
         pass
 
 
+def records_now() -> bool:
+    """A recording transport would record a call made now: capture is on and OpenTelemetry's
+    "do not record me" flag is not set."""
+    return not otel_context.get_value(_SUPPRESS) and recorder().settings.capture
+
+
+def record_answered(request, response, body: bytes) -> None:
+    """Record a call answered whole inside the process, without a transport (the replay fast path),
+    exactly as the recording transport records a response read to its end: `request` has the
+    `method`, `url`, `headers` and `content` of an httpx Request, `response` the `status_code`,
+    `headers` and `extensions` of an httpx Response (the recorded call lands in the latter)."""
+    pending = Pending(request, None)
+    pending.responded(response)
+    pending.received(body)
+    pending.finish(ended=True)
+
+
+def record_unanswered(request, exc: BaseException) -> None:
+    """Record a call whose in-process answer failed, as the recording transport records a transport
+    that raised."""
+    _failed(Pending(request, None), exc)
+
+
 @functools.cache
 def built_for_httpx(build_for) -> tuple[type, type]:
     """`build_for(httpx)`, on first use: the runtime and the current SDKs use httpx2, and importing

@@ -10,8 +10,12 @@ import json
 import re
 from contextvars import ContextVar
 from types import ModuleType
+from typing import NamedTuple
 
-from workbench.capture.transport import REPLAY_SESSION, REPLAYED_ABANDONED, REPLAYED_FROM, REQUEST_HASH
+from workbench.capture.route import routed
+from workbench.capture.transport import (
+    REPLAY_SESSION, REPLAYED_ABANDONED, REPLAYED_FROM, REQUEST_HASH, record_answered, record_unanswered, records_now,
+)
 from workbench.errors import WorkbenchError
 from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
 from workbench.replay.scrub import masked_request_body, scrub_body
@@ -88,6 +92,69 @@ def _cut_error(httpx: ModuleType, mark: list[str]) -> Exception | None:
     if not (isinstance(error, type) and issubclass(error, httpx.TransportError)):
         error = httpx.RemoteProtocolError  # what a dropped connection raises
     return error(message or "peer closed connection without sending complete message body")
+
+
+class Answer(NamedTuple):
+    """What a cassette answers a request with, before any httpx object is made of it."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    content_type: str
+    mark: list[str]  # ABANDONED_HEADER's values: [] unless the recording was abandoned or cut
+    extensions: dict
+
+
+def answered(cassette: Cassette, request: RecordedRequest) -> Answer | None:
+    """The recording a cassette answers `request` with (played: the next one of the same request is
+    next), or the miss in replay mode, or None: ask the network and record."""
+    digest = request_hash(request.method, request.uri, request.body)
+    if cassette.mode in ("replay", "record"):
+        repeat = cassette.mode == "replay"
+        index = cassette.index.take(digest, repeat=repeat)
+        masked = masked_request_body(request.body) if index is None else request.body
+        if masked is not request.body:  # recorded with a pasted key masked: look for it as it was stored
+            masked_digest = request_hash(request.method, request.uri, masked)
+            index = cassette.index.take(masked_digest, repeat=repeat)
+            digest = masked_digest if index is not None else digest
+        if index is None and not cassette.match_body:  # unplayed ones only, as vcrpy plays each once
+            index = cassette.index.take_route(request.method, request.uri)
+            cassette.matched_without_body += index is not None
+        if index is not None:
+            recorded = cassette.index.interactions[index].response
+            content_type = ", ".join(recorded.headers.get("content-type", recorded.headers.get("Content-Type", [])))
+            mark = _mark(recorded.headers)
+            return Answer(recorded.status, _headers(recorded.headers), recorded.body, content_type, mark,
+                          {REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest, REPLAY_SESSION: cassette.session,
+                           REPLAYED_ABANDONED: "abandoned" in mark, **cassette.origin(index)})
+    if cassette.mode == "replay":
+        error = miss_error(cassette, request.method, request.uri, request.body, digest)
+        cassette.misses.append(error)
+        headers = [("content-type", "application/json"), ("x-should-retry", "false"), (MISS_HEADER, error.code)]
+        return Answer(400, headers, _miss_body(error), "application/json", [], {REQUEST_HASH: digest})
+    return None
+
+
+# An answer the fast path looked up but leaves to the full path (a stream, a redirect, a cut body):
+# the replay transport serves it rather than taking the next recording
+_HANDED_OVER: ContextVar[list[Answer] | None] = ContextVar("workbench_replay_handed_over", default=None)
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+def _plain(answer: Answer) -> bool:
+    """An answer the fast path gives exactly as the full path would: read whole (not an event
+    stream, not cut), not a redirect the client follows. A cassette's recordings never hold a
+    cookie or an encoded body: they are scrubbed and decoded as they are loaded or recorded."""
+    return not answer.mark and answer.status not in _REDIRECTS and "text/event-stream" not in answer.content_type
+
+
+class _DirectRequest:
+    """The request as capture's `Pending` reads it, without an httpx Request being built."""
+
+    __slots__ = ("method", "url", "headers", "content")
+
+    def __init__(self, method: str, url: str, headers, content: bytes) -> None:
+        self.method, self.url, self.headers, self.content = method, url, headers, content
 
 
 def build(httpx: ModuleType):
@@ -209,36 +276,14 @@ def build(httpx: ModuleType):
 
     def _served(cassette: Cassette, request: RecordedRequest, stream_type: type):
         """The response a cassette gives (a recording, or a miss in replay mode), or None: ask the
-        network and record."""
-        digest = request_hash(request.method, request.uri, request.body)
-        if cassette.mode in ("replay", "record"):
-            repeat = cassette.mode == "replay"
-            index = cassette.index.take(digest, repeat=repeat)
-            masked = masked_request_body(request.body) if index is None else request.body
-            if masked is not request.body:  # recorded with a pasted key masked: look for it as it was stored
-                masked_digest = request_hash(request.method, request.uri, masked)
-                index = cassette.index.take(masked_digest, repeat=repeat)
-                digest = masked_digest if index is not None else digest
-            if index is None and not cassette.match_body:  # unplayed ones only, as vcrpy plays each once
-                index = cassette.index.take_route(request.method, request.uri)
-                cassette.matched_without_body += index is not None
-            if index is not None:
-                recorded = cassette.index.interactions[index].response
-                content_type = ", ".join(recorded.headers.get("content-type", recorded.headers.get("Content-Type", [])))
-                mark = _mark(recorded.headers)
-                return httpx.Response(
-                    recorded.status, headers=_headers(recorded.headers),
-                    stream=stream_type(_chunks(recorded.body, content_type), _cut_error(httpx, mark)),
-                    extensions={REPLAYED_FROM: str(cassette.path), REQUEST_HASH: digest, REPLAY_SESSION: cassette.session,
-                                REPLAYED_ABANDONED: "abandoned" in mark, **cassette.origin(index)},
-                )
-        if cassette.mode == "replay":
-            error = miss_error(cassette, request.method, request.uri, request.body, digest)
-            cassette.misses.append(error)
-            headers = [("content-type", "application/json"), ("x-should-retry", "false"), (MISS_HEADER, error.code)]
-            return httpx.Response(400, headers=headers, stream=stream_type([_miss_body(error)]),
-                                  extensions={REQUEST_HASH: digest})
-        return None
+        network and record. An answer the fast path took and handed over is served as it is."""
+        handed = _HANDED_OVER.get()
+        answer = handed.pop() if handed else answered(cassette, request)
+        if answer is None:
+            return None
+        return httpx.Response(answer.status, headers=answer.headers,
+                              stream=stream_type(_chunks(answer.body, answer.content_type), _cut_error(httpx, answer.mark)),
+                              extensions=answer.extensions)
 
     def _recorded_request(cassette: Cassette, request, body: bytes) -> RecordedRequest | None:
         """The request as the cassette matches and records it; None: it bypasses the cassette."""
@@ -279,6 +324,7 @@ def build(httpx: ModuleType):
         def __init__(self, cassette: Cassette, inner=None) -> None:
             self.cassette = cassette
             self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
+            self._merged: tuple | None = None  # the fast path's last request headers
 
         async def handle_async_request(self, request):
             recorded = _recorded_request(self.cassette, request, scrub_body(await request.aread(), self.cassette.body_hook))
@@ -297,6 +343,59 @@ def build(httpx: ModuleType):
                 response.status_code, headers=response.headers,
                 stream=_AsyncRecordingStream(response.stream, recording), extensions=response.extensions,
             )
+
+        async def answer_directly(self, client, method: str, url, content: bytes, headers: dict[str, str]):
+            """The replay fast path, for `client`, a capture client built around this transport (a
+            runtime provider's): the cassette's answer without an httpx request built or a response
+            stream read, recorded exactly as the capture transport records it. None when the full
+            path must send the request: not replaying, capture off or suppressed, an ambient route,
+            record filters, a closed client or one with cookies, auth or event hooks. An answer the client must
+            act on (a redirect, a streamed or cut body) is handed to the full path, which
+            serves it rather than taking the next recording."""
+            cassette = self.cassette
+            if (cassette.mode != "replay" or cassette.filters is not None or client.is_closed or client.auth is not None
+                    or len(client.cookies) or any(client.event_hooks.values()) or not records_now()
+                    or routed(self, httpx, True) is not self):
+                return None
+            merged, recorded_headers = self._merged_headers(client, headers)
+            uri = str(url)
+            request = _DirectRequest(method, uri, merged, content)
+            body = scrub_body(content, cassette.body_hook)
+            try:
+                answer = answered(cassette, RecordedRequest.model_construct(method=method, uri=uri, headers=recorded_headers,
+                                                                            body=body))
+            except BaseException as exc:
+                record_unanswered(request, exc)
+                raise
+            if not _plain(answer):
+                token = _HANDED_OVER.set([answer])
+                try:
+                    return await client.request(method, url, content=content, headers=headers)
+                finally:
+                    _HANDED_OVER.reset(token)
+            response = httpx.Response(answer.status, headers=answer.headers, stream=httpx.ByteStream(answer.body),
+                                      extensions=answer.extensions)
+            record_answered(request, response, answer.body)
+            # the body as read: `read()` would decode and re-chunk a body that is already whole and
+            # plain, at twice the cost of the response itself
+            response._content = answer.body
+            response.is_stream_consumed = response.is_closed = True
+            return response
+
+        def _merged_headers(self, client, headers: dict[str, str]) -> tuple:
+            """The request's headers as the client would send them (its own, then the call's), and
+            as a cassette holds them; kept for the next call, whose headers are the same."""
+            key = (client, tuple(headers.items()))
+            cached = self._merged
+            if cached is not None and cached[0] == key:
+                return cached[1], cached[2]
+            merged = httpx.Headers(client.headers)
+            merged.update(headers)
+            recorded: dict[str, list[str]] = {}
+            for name, value in merged.multi_items():
+                recorded.setdefault(name, []).append(value)
+            self._merged = (key, merged, recorded)
+            return merged, recorded
 
         async def aclose(self) -> None:
             self.cassette.save_or_log()

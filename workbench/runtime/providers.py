@@ -111,7 +111,15 @@ class Provider:
 
     async def send(self, content: bytes, request: ModelRequest | None = None) -> httpx2.Response:
         client = self._client()
-        return await client.post(self._parsed_url(), content=content, headers=self.headers(request))
+        url, headers = self._parsed_url(), self.headers(request)
+        # a cassette's replay transport answers from its index, recorded as capture records it,
+        # without httpx2's request and response machinery (a quarter of a replayed eval's time)
+        direct = getattr(self._transport, "answer_directly", None)
+        if direct is not None:
+            response = await direct(client, "POST", url, content, headers)
+            if response is not None:
+                return response
+        return await client.post(url, content=content, headers=headers)
 
     @contextlib.asynccontextmanager
     async def send_stream(self, content: bytes, request: ModelRequest) -> AsyncIterator[httpx2.Response]:
