@@ -64,6 +64,8 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
         assert runs_rolled_up(con, f) == whole_days
         _same(q.spend_cube(con, f), q.spend_cube(con, f, raw=True))
         _same(q.miss_reasons(con, f), q.miss_reasons(con, f, raw=True))
+        for by in ("model", "provider", "prompt", "day", "week", "month"):  # sums rolled up, latency from the calls
+            _same(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True))
         for by in ((), ("prompt_id", "prompt_version", "model"), ("provider",)):
             _same(q.cache_savings(con, f, by), q.cache_savings(con, f, by, raw=True))
         if f.call_level:  # the runs a call-level filter keeps (a scope's run set)

@@ -151,12 +151,14 @@ def known_reads(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataF
 
 def call_verdicts(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataFrame:
     """The verdict of each of these calls, the region and diff behind a changed prefix, the entry it
-    read or could have read, and what its miss or write cost."""
+    read or could have read, and what its miss or write cost. (The prefixes are narrowed to the same
+    calls before the join: else DuckDB builds its hash table from every stored prefix, 0.9 s at 10M calls.)"""
     return _frame(con, """
         SELECT c.call_id, c.cache_verdict AS verdict, c.cache_region AS region, p.diff,
                c.cache_entry_call_id AS entry_call_id, c.cache_miss_micros AS miss_micros,
                c.cache_write_micros AS write_micros, p.lineage
-        FROM calls c LEFT JOIN call_prefixes p USING (call_id) WHERE list_contains($ids, c.call_id)""",
+        FROM calls c LEFT JOIN (SELECT * FROM call_prefixes WHERE list_contains($ids, call_id)) p USING (call_id)
+        WHERE list_contains($ids, c.call_id)""",
                   {"ids": call_ids})
 
 
