@@ -187,7 +187,7 @@ def test_an_ingest_within_duckdbs_memory_limit_stores_every_record(tmp_path, cap
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     _backlog(spool, 3_000)  # 27 MB of spool, 4 batches
     with caplog.at_level("INFO", logger="workbench.store"):
-        assert ingest_spools(db, spool) == 9_000
+        assert ingest_spools(db, spool, own_process=True) == 9_000
     assert "without the limit" not in caplog.text  # done within ingest.INGEST_MEMORY_LIMIT
     assert ingest.INGEST_MEMORY_LIMIT == "64MB"
     assert _rows(db, "SELECT count(*), count(DISTINCT call_id), sum(length(b.request_json)) FROM calls "
@@ -204,7 +204,7 @@ def test_a_batch_duckdb_cannot_do_within_the_limit_is_done_again_without_it(tmp_
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     _backlog(spool, 500)
     with caplog.at_level("INFO", logger="workbench.store"):
-        assert ingest_spools(db, spool) == 1_500
+        assert ingest_spools(db, spool, own_process=True) == 1_500
     assert "needed more than 1MB of DuckDB's memory: ingesting without the limit" in caplog.text
     assert _rows(db, "SELECT count(*), count(DISTINCT call_id) FROM calls JOIN call_bodies USING (call_id)") == [
         (500, 500)]
@@ -212,3 +212,20 @@ def test_a_batch_duckdb_cannot_do_within_the_limit_is_done_again_without_it(tmp_
     assert not list(spool.glob("*.jsonl"))  # the dead writer's file, ingested whole, removed
     with open_store(db) as con:  # the store itself keeps no limit
         assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] != "976.5 KiB"
+
+
+def test_an_ingest_inside_an_apps_process_leaves_duckdbs_memory_alone(tmp_path, caplog, monkeypatch):
+    """The limit is the database instance's: a dashboard or an app ingesting before it reads shares
+    that instance with its own queries, which the ingester's limit must not starve."""
+    from workbench.store import ingest
+
+    monkeypatch.setattr(ingest, "INGEST_MEMORY_LIMIT", "1MB")  # a limit no batch fits in
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 500)
+    with open_store(db) as reader:  # a reader of this process holds the instance meanwhile
+        before = reader.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+        with caplog.at_level("INFO", logger="workbench.store"):
+            assert ingest_spools(db, spool) == 1_500
+        assert reader.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == before
+    assert "without the limit" not in caplog.text  # never limited, so never done again
+    assert _rows(db, "SELECT count(*) FROM calls") == [(500,)]

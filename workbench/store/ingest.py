@@ -309,12 +309,16 @@ def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, 
     return frame.height
 
 
-def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True, closed: Sequence[str] = ()) -> int:
+def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True, closed: Sequence[str] = (),
+                  own_process: bool = False) -> int:
     """Ingest every spool file under `spool_dir`; returns the records ingested. With `wait=False`
     (a recorder), returns 0 at once when another process is ingesting or holds the store.
     `closed`: names of files whose writer will write no more (an exiting process hands its file
-    over): read to the end, they are removed although the writer may still be alive."""
-    return _ingest_spools(db_path, spool_dir, wait, frozenset(closed)) or 0
+    over): read to the end, they are removed although the writer may still be alive.
+    `own_process`: the caller is an ingester process, so DuckDB's memory is limited while it works
+    (the limit is the database instance's: in an app's or a dashboard's process it would limit the
+    queries that share it)."""
+    return _ingest_spools(db_path, spool_dir, wait, frozenset(closed), own_process) or 0
 
 
 def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
@@ -323,7 +327,8 @@ def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
     return _ingest_spools(db_path, spool_dir, wait=False)
 
 
-def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset[str] = frozenset()) -> int | None:
+def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset[str] = frozenset(),
+                   own_process: bool = False) -> int | None:
     spool_dir = Path(spool_dir)
     legacy = _legacy_spools(Path(db_path), spool_dir)
     if not spool_dir.is_dir() and not legacy:
@@ -336,7 +341,7 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
             return 0
         try:
             with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
-                limited = _limit_memory(con)
+                limited = own_process and _limit_memory(con)
                 try:
                     return _ingest(con, files, closed, limited)
                 finally:

@@ -365,11 +365,11 @@ def _flush_at_exit() -> None:
 
 
 _INGEST_CODE = "import sys; from workbench.store.ingest import ingest_spools; ingest_spools(sys.argv[1], sys.argv[2], " \
-               "closed=sys.argv[3:])"
+               "closed=sys.argv[3:], own_process=True)"
 # standing by: imported, then one line from its parent, `ingest [FILE]`; end of input without it
 # (the parent was killed, or had nothing to ingest) ends it without touching the store
 _STANDBY_CODE = "import sys; from workbench.store.ingest import ingest_spools; words = sys.stdin.readline().split(); " \
-                "words[:1] == ['ingest'] and ingest_spools(sys.argv[1], sys.argv[2], closed=words[1:])"
+                "words[:1] == ['ingest'] and ingest_spools(sys.argv[1], sys.argv[2], closed=words[1:], own_process=True)"
 
 
 def _ingest_detached(db_path: Path, spool_dir: Path, closed: Path | None = None,
