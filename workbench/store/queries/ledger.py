@@ -13,21 +13,18 @@ Money follows the spend cube (`spend_cube`): live calls are paid, replayed calls
 what they would have cost. Latency is over live calls (a replay answers from a file): median, 95th
 and 99th percentile of the time to first byte and of the duration, in milliseconds.
 
-A breakdown by model, provider, prompt or time over whole UTC days and call-level filters is read
-from the rollups (`latency_rolled_up`): its sums exact from the daily one, its percentiles from the
-latency histograms, within `rollup.LATENCY_ERROR` (0.5%) of the exact ones; any other (by run or
-tag, a run name or tag filter, a start that is not a UTC midnight) reads the calls: exact. Sorting
-ten million calls' latencies costs seconds; the histograms, a few rows a day.
+A breakdown by model, provider, prompt or time that the daily rollup can answer (`rolled_up`: whole
+UTC days, call-level filters) takes its sums from it, the same integers; its latency percentiles are
+always exact, read from the calls (three columns: on ten million calls, half the breakdown's cost).
 """
 
 from __future__ import annotations
 
-import dataclasses
 
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _q, _rq, _Sql, rolled_up, scoped
+from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _q, _rq, rolled_up, scoped
 from workbench.store.queries.spend import CALL_MONEY, unknown_when_unpriced
 
 OTHERS = "everything else"
@@ -97,12 +94,12 @@ def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, raw: bool = Fa
                       nulls_last=True)
 
 
-# the breakdowns the daily rollup has the keys of: (key on the calls `c`, key on the rollup `r`)
+# the breakdowns the daily rollup has the keys of: (key on the calls, key on the rollup's rows), both `c`
 _ROLLED_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
-    "model": (("c.provider", "r.provider"), (_MODEL, "r.model")), "provider": (("c.provider", "r.provider"),),
-    "prompt": (("c.prompt_id", "r.prompt_id"), ("c.prompt_version", "r.prompt_version")),
-    "day": ((_DAY, "(DATE '1970-01-01' + r.day_n)"),),
-    **{key: ((f"date_trunc('{key}', {_DAY})::DATE", f"date_trunc('{key}', DATE '1970-01-01' + r.day_n)::DATE"),)
+    "model": (("c.provider", "c.provider"), (_MODEL, "c.model")), "provider": (("c.provider", "c.provider"),),
+    "prompt": (("c.prompt_id", "c.prompt_id"), ("c.prompt_version", "c.prompt_version")),
+    "day": ((_DAY, "(DATE '1970-01-01' + c.day_n)"),),
+    **{key: ((f"date_trunc('{key}', {_DAY})::DATE", f"date_trunc('{key}', DATE '1970-01-01' + c.day_n)::DATE"),)
        for key in ("week", "month")},
 }
 
@@ -110,8 +107,7 @@ _ROLLED_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
 def _raw_spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, main_currency: str, rolled: bool
                   ) -> pl.DataFrame:
     """`spend_by`'s frame, its latency as lists. `rolled`: its sums come from the daily rollup (the
-    same integers) and only the latency percentiles are read from the calls, in a scan of three
-    columns instead of a dozen (half the breakdown's cost on ten million calls)."""
+    same integers) and only the latency percentiles are read from the calls."""
     extra, params, join = "", {"main_currency": main_currency}, ""
     ttfb = "(epoch_us(c.first_byte_at) - epoch_us(c.started_at)) / 1000.0"
     duration = "(epoch_us(c.ended_at) - epoch_us(c.started_at)) / 1000.0"
@@ -119,22 +115,16 @@ def _raw_spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, main_curr
                quantile_cont({duration}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.ended_at IS NOT NULL) AS _duration"""
     if rolled:
         names = key_columns(by)
-        on = " AND ".join(f"s.{name} IS NOT DISTINCT FROM l.{name}" for name in (*names, "currency"))
-        built = _Sql(f)  # the rollup's filters, with the parameters `_q` gives the calls' (same names, same values)
-        preds = built._days() + built._call_level(model="r.model")
-        params.update(built.params)
-        return _q(con, f, f"""
-            , sums AS (
-                SELECT {', '.join(f'{rkey} AS {name}' for (_, rkey), name in zip(_ROLLED_KEYS[by], names))},
-                       coalesce(r.currency, $main_currency) AS currency,
-                       {', '.join(f'sum(r.{name})::BIGINT AS {name}' for name in SUMS)}
-                FROM call_rollup r WHERE {' AND '.join(p.replace('c.day_n', 'r.day_n').replace('c.', 'r.') for p in preds) or 'true'}
-                GROUP BY ALL)
-            , lat AS (
-                SELECT {', '.join(f'{ckey} AS {name}' for (ckey, _), name in zip(_ROLLED_KEYS[by], names))},
-                       coalesce(c.currency, $main_currency) AS currency, {latency}
-                FROM fc c WHERE {_LIVE} GROUP BY ALL)
-            SELECT s.*, l._ttfb, l._duration FROM sums s LEFT JOIN lat l ON {on}""", params)
+        sums = _rq(con, f, f"""
+            SELECT {', '.join(f'{rkey} AS {name}' for (_, rkey), name in zip(_ROLLED_KEYS[by], names))},
+                   coalesce(c.currency, $main_currency) AS currency,
+                   {', '.join(f'sum(c.{name})::BIGINT AS {name}' for name in SUMS)}
+            FROM fc c GROUP BY ALL""", params)
+        percentiles = _q(con, f, f"""
+            SELECT {', '.join(f'{ckey} AS {name}' for (ckey, _), name in zip(_ROLLED_KEYS[by], names))},
+                   coalesce(c.currency, $main_currency) AS currency, {latency}
+            FROM fc c WHERE {_LIVE} GROUP BY ALL""", params)
+        return sums.join(percentiles, on=[*names, "currency"], how="left", nulls_equal=True)
     if by in ("model", "provider", "prompt"):
         keys = {"model": f"c.provider AS provider, {_MODEL} AS model", "provider": "c.provider AS provider",
                 "prompt": "c.prompt_id AS prompt_id, c.prompt_version AS prompt_version"}[by]
