@@ -30,9 +30,10 @@ def store_maintain(
     keep_days: Annotated[float, typer.Option(min=0, help="keep the snapshots of the last N days (time travel)")] = 7.0,
     fmt: FormatOption = Format.table,
 ) -> None:
-    """DuckLake's maintenance: flush inlined rows into Parquet files, merge adjacent small files,
-    expire snapshots older than --keep-days, delete the files no snapshot needs. Run it from one
-    machine, e.g. nightly; a local file store is checkpointed only."""
+    """DuckLake's maintenance: fold the rollups' appended rows into one row per group (figures
+    unchanged), flush inlined rows into Parquet files, merge adjacent small files, expire snapshots
+    older than --keep-days, delete the files no snapshot needs. Run it from one machine, e.g.
+    nightly; a local file store is checkpointed only."""
     from workbench.store.lake import maintain_store
 
     done = maintain_store(_existing(db), keep_days)

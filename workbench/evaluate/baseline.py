@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.dataclasses import dataclass as validated_dataclass
 
 from workbench.errors import WorkbenchError
 from workbench.evaluate import stats
@@ -22,9 +24,10 @@ EPSILON = 1e-9  # float noise in means is not a regression
 PRECISION = 1e-6  # scores are kept to 6 places
 
 
-class CaseBaseline(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
+# slotted: a baseline holds one per case (100,000 of them for a large suite), and a model instance
+# is about five times its size; validated and dumped by the Baseline model all the same
+@validated_dataclass(slots=True, config=ConfigDict(extra="forbid", allow_inf_nan=False))
+class CaseBaseline:
     score: float = Field(ge=0, le=1)  # the mean of the samples
     samples: list[float] | None = Field(default=None, min_length=2)  # each sample's score; None: one sample
     cost_micros: int | None = Field(default=None, ge=0)  # every sample's cost, added
@@ -80,6 +83,17 @@ def upgrade_baseline(data: Any) -> Any:
     return data
 
 
+def _parsed(text: str) -> Baseline:
+    """The current format straight from the JSON text (no dict of every case made first: a
+    100,000-case baseline's took 30 MB more at its peak); anything else, an older format or an
+    invalid file, through Python objects, which `upgrade_baseline` takes and whose errors name
+    what is wrong."""
+    try:
+        return Baseline.model_validate_json(text)
+    except ValidationError:
+        return Baseline.model_validate(upgrade_baseline(json.loads(text)))
+
+
 def read_baseline(path: Path, suite: str) -> Baseline:
     if not path.is_file():
         raise WorkbenchError(
@@ -88,7 +102,7 @@ def read_baseline(path: Path, suite: str) -> Baseline:
             f"record one: workbench eval {suite} --record-baseline, then commit {path.name}",
         )
     try:
-        baseline = Baseline.model_validate(upgrade_baseline(json.loads(path.read_text(encoding="utf-8"))))
+        baseline = _parsed(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         detail = exc.errors()[0] if isinstance(exc, ValidationError) else None
         where = ".".join(str(part) for part in detail["loc"]) + f": {detail['msg']}" if detail else str(exc)
@@ -130,7 +144,11 @@ def write_baseline(path: Path, baseline: Baseline) -> None:
     os.replace(temporary, path)
 
 
-class CaseVerdict(BaseModel):
+@dataclass(slots=True)
+class CaseVerdict:
+    """The gate's verdict on one case: built by `judge` alone, never from input (so not validated),
+    one per case, held until the run is stored and reported."""
+
     case_id: str
     score: float | None  # the mean of the samples; None: the case ended in an error
     spread: float | None
@@ -146,7 +164,8 @@ class CaseVerdict(BaseModel):
     error: str | None = None
 
 
-class Verdict(BaseModel):
+@dataclass
+class Verdict:
     suite: str
     mean: float | None
     baseline_mean: float

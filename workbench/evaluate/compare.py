@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workbench.config import RecordMode
 from workbench.errors import WorkbenchError
@@ -116,10 +116,10 @@ def against(cell: EvalRun, reference: EvalRun, confidence: float) -> Verdict | N
     rose = judge(cell.suite.name, {case_id: theirs[case_id] for case_id in common}, {},
                  _as_baseline(cell, common), tolerance, confidence=confidence, epochs=reference.epochs)
     rises = {case.case_id: case.p_value for case in rose.cases}
-    return fell.model_copy(update={"cases": [
-        case.model_copy(update={"p_value": rises[case.case_id]}) if case.delta is not None and case.delta > 0 else case
+    return replace(fell, cases=[
+        replace(case, p_value=rises[case.case_id]) if case.delta is not None and case.delta > 0 else case
         for case in fell.cases
-    ]})
+    ])
 
 
 def run_matrix(

@@ -5,6 +5,7 @@ and no random ids, so replaying a suite twice gives the same bytes."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from xml.etree import ElementTree
 
 from rich.console import Console
@@ -33,9 +34,10 @@ def _scores(result) -> dict:
     return out
 
 
-def _rows(outcome: Outcome) -> list[dict]:
+def _rows(outcome: Outcome) -> Iterator[dict]:
+    """Each case's row, one at a time: the console keeps only the moved ones of a long suite, so a
+    100,000-case run never holds a row per case to print a few."""
     verdicts = {case.case_id: case for case in outcome.verdict.cases} if outcome.verdict else {}
-    rows = []
     for result in outcome.eval_run.results:
         verdict = verdicts.get(result.case_id)
         if result.error is not None and not (verdict and verdict.failed):
@@ -45,7 +47,7 @@ def _rows(outcome: Outcome) -> list[dict]:
         else:
             status = "fail" if verdict.failed else "pass"
         scored = next((sample for sample in result.samples if sample.error is None), result.samples[0])
-        rows.append({
+        yield {
             "case": result.case_id,
             "score": result.score,
             "spread": _round(result.spread),
@@ -60,11 +62,11 @@ def _rows(outcome: Outcome) -> list[dict]:
             "explanations": {name: score.explanation for name, score in scored.scores.items() if score.explanation},
             "output": None if result.output is None else as_text(result.output)[:500],
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
-        })
-    return rows
+        }
 
 
-def summary(outcome: Outcome) -> dict:
+def summary(outcome: Outcome, cases: bool = True) -> dict:
+    """The outcome as the reports show it; `cases=False`: without the per-case rows (`_rows`)."""
     run, prompt = outcome.eval_run, outcome.eval_run.prompt
     verdict = outcome.verdict
     return {
@@ -85,7 +87,7 @@ def summary(outcome: Outcome) -> dict:
         "judge_cost_micros": run.judge_cost_micros,
         "cost_increase": None if verdict is None or verdict.cost_increase is None else round(verdict.cost_increase, 6),
         "errored_cases": len(run.errored),
-        "cases": _rows(outcome),
+        **({"cases": list(_rows(outcome))} if cases else {}),
     }
 
 
@@ -183,16 +185,18 @@ CONSOLE_ALL_CASES = 50  # up to this many cases the console lists every one
 
 def print_console(outcomes: list[Outcome], console: Console) -> None:
     for outcome in outcomes:
-        data = summary(outcome)
+        data = summary(outcome, cases=False)
         sampled = data["epochs"] > 1
         table = Table(title=f"{data['suite']} — {data['prompt']['id']}@{data['prompt']['version']} ({data['mode']}"
                             + (f", {data['epochs']} samples a case" if sampled else "") + ")")
         names = ["case"] + (["samples", "mean", "±"] if sampled else ["score"]) + ["baseline", "Δ", "cost", "status"]
         for name in names:
             table.add_column(name, justify="left" if name in {"case", "status", "samples"} else "right")
-        rows = data["cases"]
-        if len(rows) > CONSOLE_ALL_CASES:  # a long suite: the cases that moved, failed or errored, then a count
-            rows = [row for row in rows if row["status"] in ("fail", "error") or row["delta"] not in (None, 0)]
+        cases = len(outcome.eval_run.results)
+        rows = _rows(outcome)
+        if cases > CONSOLE_ALL_CASES:  # a long suite: the cases that moved, failed or errored, then a count
+            rows = (row for row in rows if row["status"] in ("fail", "error") or row["delta"] not in (None, 0))
+        rows = list(rows)
         for row in rows:
             style = {"fail": "red", "error": "red", "pass": "green"}.get(row["status"], "")
             scores = [_samples(row["samples"]), _fmt(row["score"]), _spread(row["spread"])] if sampled else [_fmt(row["score"])]
@@ -203,9 +207,9 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
             )
         if rows:
             console.print(table)
-        if len(rows) < len(data["cases"]):
+        if len(rows) < cases:
             what = "recorded" if data["verdict"] == "recorded" else "scored as in the baseline"
-            console.print(f"{len(data['cases']) - len(rows)} of {len(data['cases'])} cases {what} "
+            console.print(f"{cases - len(rows)} of {cases} cases {what} "
                           f"(not listed; every case is in --json and --junit)")
         console.print(Text.assemble(
             f"mean {_mean_line(data)}" + (f" vs baseline {data['baseline_mean']:.4f}" if data["baseline_mean"] is not None else "")

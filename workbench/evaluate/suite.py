@@ -7,7 +7,7 @@ import importlib.util
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from workbench.evaluate.prompts import Prompt
 from workbench.evaluate.scorers import Scorer, scorer_of
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slotted: a large suite holds 100,000 of these from start to end
 class Case:
     id: str
     vars: dict[str, Any]
@@ -48,19 +48,26 @@ class Suite:
         return self.cassette_path.with_name(self.cassette_path.stem + ".judge" + self.cassette_path.suffix)
 
 
+def _rows_of(path: Path) -> Iterator[dict]:
+    """The cases file's rows, one parsed line at a time: a 100,000-case file is never held whole,
+    as text, lines and rows at once, next to the cases made of it."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line)
+    except (OSError, ValueError) as exc:
+        raise WorkbenchError(
+            "WB_EVAL_SUITE_INVALID", f"cannot read the cases file {path}: {exc}",
+            f"write {path} as JSON lines: one {{\"id\", \"vars\", \"expected\"}} object a line",
+        ) from exc
+
+
 def _cases_from(value, base: Path) -> list[Case]:
     if isinstance(value, (str, Path)):
-        path = Path(value) if Path(value).is_absolute() else base / value
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-            rows = [json.loads(line) for line in lines if line.strip()]
-        except (OSError, ValueError) as exc:
-            raise WorkbenchError(
-                "WB_EVAL_SUITE_INVALID", f"cannot read the cases file {path}: {exc}",
-                f"write {path} as JSON lines: one {{\"id\", \"vars\", \"expected\"}} object a line",
-            ) from exc
+        rows = _rows_of(Path(value) if Path(value).is_absolute() else base / value)
     else:
-        rows = list(value)
+        rows = value
     cases = []
     for index, row in enumerate(rows):
         if isinstance(row, Case):
@@ -71,7 +78,10 @@ def _cases_from(value, base: Path) -> list[Case]:
                 "WB_EVAL_SUITE_INVALID", f"case {index} is {row!r:.80}, not a mapping with `vars`",
                 "give each case {\"id\": ..., \"vars\": {...}, \"expected\": ...}",
             )
-        cases.append(Case(str(row.get("id", index)), dict(row["vars"]), row.get("expected"), row.get("metadata", {})))
+        # the vars copied (the caller's own dict stays theirs), their names interned: every case
+        # of a suite has the same few, held once instead of once a case
+        variables = {sys.intern(name) if type(name) is str else name: item for name, item in dict(row["vars"]).items()}
+        cases.append(Case(str(row.get("id", index)), variables, row.get("expected"), row.get("metadata", {})))
     duplicates = sorted(case_id for case_id, count in Counter(case.id for case in cases).items() if count > 1)
     if duplicates:
         raise WorkbenchError(

@@ -222,16 +222,46 @@ def is_conflict(exc: BaseException) -> bool:
     return "Transaction conflict" in text or "Failed to commit DuckLake" in text or "conflict" in text.lower()
 
 
+def fold_rollups(con: duckdb.DuckDBPyConnection) -> int:
+    """Every rollup's rows merged into one row per group, each group's figures exactly as a reader
+    merges them (`Rollup.merged`: sums, firsts and lasts). A lake's ingests append a group's rows
+    instead of merging them (`rollup.add_calls`), so a busy fleet leaves a row per group per commit;
+    folded, the pages read one. One transaction a rollup, a write that conflicts with it is redone
+    on what the other committed. Returns the rows folded away."""
+    from workbench.store.rollup import ROLLUPS
+
+    def fold(table: str, merged_sql: str) -> int:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            claim_write(con)
+            rows = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+            merged = con.sql(merged_sql).to_arrow_table()
+            if merged.num_rows < rows:  # else already one row a group: nothing to rewrite
+                con.register("_wb_folded", merged)
+                con.execute(f"DELETE FROM {table}")
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_folded")
+            con.execute("COMMIT")
+        except BaseException:
+            _rollback(con)
+            raise
+        finally:
+            con.unregister("_wb_folded")
+        return rows - merged.num_rows
+
+    return sum(retrying(con, lambda spec=spec: fold(spec.table, spec.merged(f"SELECT * FROM {spec.table}")))
+               for spec in ROLLUPS)
+
+
 def maintain(con: duckdb.DuckDBPyConnection, keep_days: float) -> dict[str, int]:
-    """DuckLake's own maintenance, in order: the rows small commits kept inline go into Parquet
-    files, adjacent small files are merged, snapshots older than `keep_days` expire (time travel
-    before them ends), and the files no snapshot needs any more are deleted. Returns what each
-    step touched."""
+    """The rollups folded (`fold_rollups`), then DuckLake's own maintenance, in order: the rows
+    small commits kept inline go into Parquet files, adjacent small files are merged, snapshots
+    older than `keep_days` expire (time travel before them ends), and the files no snapshot needs
+    any more are deleted. Returns what each step touched."""
     def count(function: str, arguments: str = "", params: dict | None = None) -> int:
         # counted in SQL: the rows carry timestamps, which Python would need pytz to take
         return con.execute(f"SELECT count(*) FROM {function}(current_database(){arguments})", params).fetchall()[0][0]
 
-    done = {"flushed_tables": count("ducklake_flush_inlined_data"),
+    done = {"folded_rollup_rows": fold_rollups(con), "flushed_tables": count("ducklake_flush_inlined_data"),
             "merged_files": count("ducklake_merge_adjacent_files")}
     done["expired_snapshots"] = count("ducklake_expire_snapshots", ", older_than => now() - to_microseconds($us)",
                                       {"us": int(keep_days * 86400 * 1_000_000)})
