@@ -95,10 +95,12 @@ def test_two_ingesting_machines_one_killed_midway_lose_nothing_and_double_nothin
         pass  # the lake exists (migrated) before both start
 
     batch = str(32 * 1024)  # about 80 lines a commit: many commits to be killed between
-    alpha = _python(INGESTER, str(spools["alpha"]), batch, lake_db)
-    beta = _python(INGESTER, str(spools["beta"]), batch, lake_db)
+    # the watcher attaches the lake before alpha starts: on a loaded machine, attaching after it could
+    # take longer than alpha's whole ingest, and there would be nothing left to kill midway
     watcher = lake.connect(lake_db, None)
     try:
+        alpha = _python(INGESTER, str(spools["alpha"]), batch, lake_db)
+        beta = _python(INGESTER, str(spools["beta"]), batch, lake_db)
         deadline = time.monotonic() + 120
         while True:  # alpha is killed once some of its batches, not all, are in
             done = watcher.execute("SELECT count(*) FROM calls WHERE call_id LIKE 'alpha-%'").fetchall()[0][0]
