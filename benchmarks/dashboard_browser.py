@@ -48,14 +48,15 @@ NUMBERS = """() => Array.from(document.querySelectorAll('[data-testid="stMetricV
 PAGES = "overview,prompt_cache,compaction,failures,evals,run_explorer"
 # how every server is started: with another checkout's `workbench` (BENCH_TREE, ahead of the one
 # installed in editable mode) and, with --profile, each script run (on its own thread) under cProfile
-# on that thread's CPU clock
-LAUNCHER = """import itertools, os, runpy, sys
+# on that thread's CPU clock; and the process's CPU time when a page draws its first figure
+# (BENCH_NUMBERS_CPU: a metric whose value has a digit) is written down
+LAUNCHER = """import itertools, os, runpy, sys, time
 if os.environ.get("BENCH_TREE"):
     sys.meta_path[:] = [f for f in sys.meta_path
                         if not (getattr(f, "__module__", None) or type(f).__module__).startswith("__editable__")]
     sys.path.insert(0, os.environ["BENCH_TREE"])
 if os.environ.get("BENCH_PROFILE_DIR"):
-    import cProfile, time
+    import cProfile
     from streamlit.runtime.scriptrunner import script_runner
     _run, _count = script_runner.ScriptRunner._run_script, itertools.count()
     def _profiled(self, rerun_data):
@@ -67,6 +68,16 @@ if os.environ.get("BENCH_PROFILE_DIR"):
             profile.disable()
             profile.dump_stats(os.path.join(os.environ["BENCH_PROFILE_DIR"], f"run-{next(_count)}.prof"))
     script_runner.ScriptRunner._run_script = _profiled
+import streamlit
+from streamlit.delta_generator import DeltaGenerator
+_metric = DeltaGenerator.metric
+def _noted(self, label, value, *args, **kwargs):  # the process's CPU when the first figure is drawn
+    if any(ch.isdigit() for ch in str(value)) and not os.path.exists(os.environ["BENCH_NUMBERS_CPU"]):
+        with open(os.environ["BENCH_NUMBERS_CPU"], "w") as out:
+            out.write(str(time.process_time()))
+    return _metric(self, label, value, *args, **kwargs)
+DeltaGenerator.metric = _noted
+streamlit.metric = lambda *args, **kwargs: _noted(streamlit._main, *args, **kwargs)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -159,9 +170,9 @@ def sample(browser, url: str, pid: int) -> dict:
         context.close()
 
 
-def split_profiles(folder: Path) -> dict | None:
-    """The script runs' CPU seconds, split: store reads, imports, the rest."""
-    files = sorted(folder.glob("run-*.prof"))
+def split_profiles(folder: Path, runs: int) -> dict | None:
+    """The cold request's script runs' CPU seconds (its first `runs`), split: store reads, imports, the rest."""
+    files = sorted(folder.glob("run-*.prof"), key=lambda path: int(path.stem.split("-")[1]))[:runs]
     if not files:
         return None
     stats = pstats.Stats(*map(str, files))
@@ -220,15 +231,19 @@ def main() -> None:
                     if args.profile:
                         profiles.mkdir()
                         env["BENCH_PROFILE_DIR"] = str(profiles)
+                    numbers_cpu = folder / f"numbers-{port}"
+                    env["BENCH_NUMBERS_CPU"] = str(numbers_cpu)
                     command = [sys.executable, str(folder / "launch.py"), script, *target, "--server.port", str(port),
                                *STREAMLIT_FLAGS]
                     with server(command, env, port, folder / "server.log") as (url_base, pid, start):
                         start_cpu = cpu_s(pid)
                         measured = sample(browser, url, pid)
-                    measured.update(start=start, start_cpu=start_cpu, profile=split_profiles(profiles))
+                    measured.update(start=start, start_cpu=start_cpu, profile=split_profiles(profiles, 2 if path == "run_explorer" else 1),
+                                    numbers_cpu=float(numbers_cpu.read_text()) - start_cpu)
                     results[name].append(measured)
                     print(f"{name:32} start {start:.2f} s ({start_cpu:.2f} CPU), cold {measured['cold']:.2f} s "
-                          f"({measured['cold_cpu']:.2f} s server CPU), warm {measured['warm']:.2f} s", flush=True)
+                          f"({measured['cold_cpu']:.2f} s server CPU; {measured['numbers_cpu']:.2f} s to the first figure), "
+                          f"warm {measured['warm']:.2f} s", flush=True)
         finally:
             browser.close()
     report(args, results)
@@ -243,21 +258,24 @@ def report(args, results: dict[str, list[dict]]) -> None:
              f"`{command}` over a {args.db.stat().st_size / 1e6:,.0f} MB store; load average at the end {load}; "
              f"{os.cpu_count()} cores.",
              "Cold: seconds from the request to the first metric with a digit, headless Chromium (Debian), a fresh "
-             "server and browser context per sample; server CPU (user+sys) over that time; start: the server's "
-             "spawn until it answers; warm: a reload on the same server. Medians of the samples.", "",
-             "| page | cold best | cold median | server CPU (cold) | cold / trivial | start (CPU) | warm |",
-             "|---|---|---|---|---|---|---|"]
+             "server and browser context per sample. Server CPU (user+sys, all its threads) from its answer to the "
+             "health check until its script drew the first figure (×: against the trivial page), and until the "
+             "browser saw it (the script runs on meanwhile). Start: the server's spawn until it answers (its CPU). "
+             "Warm: a reload on the same server. Medians of the samples.", "",
+             "| page | cold best | cold median | cold / trivial | server CPU to the first figure | server CPU until seen "
+             "| start (CPU) | warm |", "|---|---|---|---|---|---|---|---|"]
     base = median(s["cold"] for s in results["trivial streamlit page"])
-    base_cpu = median(s["cold_cpu"] for s in results["trivial streamlit page"])
+    base_cpu = median(s["numbers_cpu"] for s in results["trivial streamlit page"])
     for name, samples in results.items():
         cold = [s["cold"] for s in samples]
-        lines.append(f"| {name} | {min(cold):.2f} | {median(cold):.2f} | {median(s['cold_cpu'] for s in samples):.2f} "
-                     f"(×{median(s['cold_cpu'] for s in samples) / base_cpu:.1f}) | {median(cold) / base:.2f} | "
+        figure_cpu = median(s["numbers_cpu"] for s in samples)
+        lines.append(f"| {name} | {min(cold):.2f} | {median(cold):.2f} | {median(cold) / base:.2f} | {figure_cpu:.2f} "
+                     f"(×{figure_cpu / base_cpu:.1f}) | {median(s['cold_cpu'] for s in samples):.2f} | "
                      f"{median(s['start'] for s in samples):.2f} ({median(s['start_cpu'] for s in samples):.2f}) | "
                      f"{median(s['warm'] for s in samples):.2f} |")
     if args.profile:
-        lines += ["", "Script runs under cProfile (the script thread's CPU, medians; a page may run twice, e.g. "
-                  "the run explorer's rerun once it picked a run):", "",
+        lines += ["", "The cold request's script run under cProfile (the script thread's CPU, s, medians; the run "
+                  "explorer's two: it reruns once it picked a run):", "",
                   "| page | script runs | script CPU | store reads | imports | the rest |", "|---|---|---|---|---|---|"]
         for name, samples in results.items():
             split = [s["profile"] for s in samples if s["profile"]]
