@@ -1,5 +1,6 @@
 """What every page shares: where the store is, the filters (kept in the URL so a view can be
-shared), cached reads that never hold the store open, and money and table formatting.
+shared), cached reads that never hold the store open (cached until the store changes: a refresh
+shows new data at once), and money and table formatting.
 
 Recorded text (prompts, answers, model and run names, tags, errors, case ids) is shown as text,
 never as markup: in tables, chart labels, widget options, `st.text` and `st.code`. Streamlit renders
@@ -13,7 +14,9 @@ charts divide to major units only to draw an axis; CSV downloads keep the intege
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -22,7 +25,7 @@ import altair as alt
 import polars as pl
 import streamlit as st
 
-from workbench.config import load_settings
+from workbench.config import is_lake, load_settings
 from workbench.errors import WorkbenchError
 from workbench.money import MICROS_PER_MINOR, format_amount, format_priced, minor_digits
 from workbench.store import queries as q
@@ -36,7 +39,8 @@ PAGES = [
     ("evals.py", "Evals", ":material/checklist:"),
     ("run_explorer.py", "Run explorer", ":material/account_tree:"),
 ]
-TTL_S = 5  # a refresh shows new data within this many seconds
+CACHE_TTL_S = 600  # a cached read lives this long unless the store changes first (`store_state`)
+LAKE_TTL_S = 5  # a lake has no file whose change shows a write: its reads are cached this long
 _LIST_PARAMS = {"provider": "providers", "model": "models", "prompt": "prompt_ids", "version": "prompt_versions",
                 "run": "run_names", "tag": "tags"}
 _LABELS = {"providers": "Provider", "models": "Model", "prompt_ids": "Prompt", "prompt_versions": "Prompt version",
@@ -53,22 +57,43 @@ def store_paths() -> tuple[str, str]:
     return str(Path(settings.db).resolve()), str(Path(settings.resolved_spool_dir).resolve())
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=32)
-def _options(db: str, spool: str) -> tuple[dict, dict]:
+def store_state(db: str, spool: str) -> tuple:
+    """Ingests what recorders have spooled, then names the store's state: the size, modification
+    time and inode of its file and of its write-ahead log. Every write (an append to the log, a
+    checkpoint rewriting the file and removing the log) changes one of them, so a read cached under
+    the state it was made in is never stale. A lake's catalog may live elsewhere: its state is the
+    current LAKE_TTL_S-second window."""
+    q.ingest_pending(Path(db), Path(spool))
+    if is_lake(db):
+        return ("window", time.time() // LAKE_TTL_S)
+    state = []
+    for path in (db, f"{db}.wal"):
+        try:
+            found = os.stat(path)
+            state.append((found.st_size, found.st_mtime_ns, found.st_ino))
+        except OSError:
+            state.append(None)
+    return tuple(state)
+
+
+# each takes the store's state as an argument only so that a new state is a new cache entry; the
+# spools were ingested when the state was taken
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=32)
+def _options(db: str, state: tuple) -> tuple[dict, dict]:
     def work(con):
         return q.filter_options(con), q.store_counts(con).row(0, named=True)
 
-    return q.read(db, spool, work)
+    return q.read(db, None, work)
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=128)
-def _page(page: str, db: str, spool: str, filters: q.Filters, extra: tuple) -> dict[str, pl.DataFrame]:
-    return q.read(db, spool, lambda con: q.PAGES[page](con, filters, **dict(extra)))
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=128)
+def _page(page: str, db: str, state: tuple, filters: q.Filters, extra: tuple) -> dict[str, pl.DataFrame]:
+    return q.read(db, None, lambda con: q.PAGES[page](con, filters, **dict(extra)))
 
 
-@st.cache_data(ttl=TTL_S, show_spinner=False, max_entries=64)
-def _named(name: str, db: str, spool: str, args: tuple) -> pl.DataFrame:
-    return q.read(db, spool, lambda con: getattr(q, name)(con, *args))
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=64)
+def _named(name: str, db: str, state: tuple, args: tuple) -> pl.DataFrame:
+    return q.read(db, None, lambda con: getattr(q, name)(con, *args))
 
 
 def _guard(fn: Callable):
@@ -100,18 +125,18 @@ def empty_store(db: str, missing: bool = False) -> None:
 def filter_choices() -> dict:
     """The values each filter can take (run names, `key=value` tags, models, ...), cached."""
     db, spool = store_paths()
-    return _guard(lambda: _options(db, spool))[0]
+    return _guard(lambda: _options(db, store_state(db, spool)))[0]
 
 
 def load_page(page: str, filters: q.Filters, **extra) -> dict[str, pl.DataFrame]:
     db, spool = store_paths()
-    return _guard(lambda: _page(page, db, spool, filters, tuple(sorted(extra.items()))))
+    return _guard(lambda: _page(page, db, store_state(db, spool), filters, tuple(sorted(extra.items()))))
 
 
 def load(name: str, *args) -> pl.DataFrame:
     """One named query of `workbench.store.queries` that takes (con, *args)."""
     db, spool = store_paths()
-    return _guard(lambda: _named(name, db, spool, args))
+    return _guard(lambda: _named(name, db, store_state(db, spool), args))
 
 
 # -- the filters, in the URL ---------------------------------------------------------------------
@@ -164,7 +189,7 @@ def page_header(title: str, caption: str) -> q.Filters:
     nav = st.sidebar.empty()
     _navigation(nav, _url_filters(), db)
     with st.spinner("Reading the store…"):
-        options, counts = _guard(lambda: _options(db, spool))
+        options, counts = _guard(lambda: _options(db, store_state(db, spool)))
     current = _url_filters()
     side = st.sidebar
     side.subheader("Filters")
@@ -201,7 +226,8 @@ def _navigation(slot, filters: q.Filters, db: str) -> None:
     with slot.container():
         for path, label, icon in PAGES:
             st.page_link(path, label=label, icon=icon, query_params=params_of(filters) or None)
-        st.caption(f"Store: {escaped(db)} · refreshes every {TTL_S}s")
+        st.caption(f"Store: {escaped(db)} · a refresh shows new data"
+                   + (f" within {LAKE_TTL_S}s" if is_lake(db) else ""))
 
 
 # metric values wrap instead of being cut with an ellipsis (an exact sub-cent amount is long)

@@ -13,7 +13,6 @@ import _common as ui
 from _transcript import turns
 from workbench.config import project_root
 from workbench.errors import WorkbenchError
-from workbench.replay.export import export_run
 
 LONG_SYSTEM_CHARS = 1500  # a longer system prompt (a handbook, the docs) is folded
 
@@ -189,6 +188,8 @@ with exporting:
     target = st.text_input("Cassette file, inside that folder", value=f"exported/run-{wanted[:12]}.json")
     replace = st.checkbox("Replace the files if they exist")
     if st.button("Export as cassette and case", icon=":material/download:"):
+        from workbench.replay.export import export_run  # only on a click: the page paints without it
+
         try:
             written = export_run(wanted, Path(target), db=Path(ui.store_paths()[0]), within=folder, overwrite=replace)
             st.success("Wrote " + " and ".join(ui.escaped(path) for path in written) + ".")
