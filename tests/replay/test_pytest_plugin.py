@@ -305,3 +305,28 @@ def test_the_played_record_is_not_written_again_at_exit(pytester, monkeypatch, t
     at_exit = [line for line in out.splitlines() if line.startswith("AT_EXIT=")]
     assert len(at_end) == len(at_exit) == 1, out
     assert at_exit[0].removeprefix("AT_EXIT=") == at_end[0].removeprefix("AT_SUITE_END="), out  # same "at": not rewritten
+
+
+def test_played_records_written_at_a_suites_end_are_kept_under_each_cassettes_real_path(tmp_path):
+    """A suite's end writes what each cassette played under the cassette's real path, whether the
+    suite reached it through a linked folder or the cassette itself is a link."""
+    from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse, write_cassette
+    from workbench.replay.session import Cassette, played_record_path, write_played_records
+
+    real = tmp_path / "real"
+    real.mkdir()
+    for name in ("a.json", "b.json"):
+        write_cassette(real / name, [Interaction(
+            request=RecordedRequest(method="POST", uri=f"http://fake.test/v1/{index}", body=b"{}"),
+            response=RecordedResponse(status=200, headers={}, body=b"{}")) for index in range(2)])
+    (tmp_path / "linked").symlink_to(real, target_is_directory=True)
+    (tmp_path / "b-link.json").symlink_to(real / "b.json")
+    for path, played in ((tmp_path / "linked" / "a.json", 1), (tmp_path / "b-link.json", 0)):
+        session = Cassette(path, "replay")
+        session.played_at_end = True
+        session.index.played.add(played)
+        session.save()
+    write_played_records()
+    for name, played in (("a.json", [1]), ("b.json", [0])):
+        record = json.loads(played_record_path(real / name).read_text())
+        assert record["cassette"] == str((real / name).resolve()) and record["played"] == played

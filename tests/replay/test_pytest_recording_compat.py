@@ -556,3 +556,147 @@ def test_vcrpys_half_replays_from_the_document_workbench_parsed_and_a_broken_fil
     result.assert_outcomes(passed=2, errors=1)  # the vcr fixture refuses it
     output = result.stdout.str()
     assert "test_broken" in output and "WB_CASSETTE_INVALID" in output and "test_broken.yaml" in output
+
+
+LIBRARIES = '''
+import asyncio
+import http.client
+import json
+import os
+import urllib.parse
+
+import anthropic
+import httpx
+import pytest
+import requests
+import urllib3
+
+from ask import ask
+
+WEATHER = os.environ["WEATHER_URL"]
+
+
+@pytest.mark.vcr
+def test_requests():
+    assert requests.get(WEATHER + "/requests").json()["path"] == "/requests"
+
+
+@pytest.mark.vcr
+def test_urllib3():
+    assert json.loads(urllib3.PoolManager().request("GET", WEATHER + "/urllib3").data)["path"] == "/urllib3"
+
+
+@pytest.mark.vcr
+def test_http_client():
+    address = urllib.parse.urlsplit(WEATHER)
+    connection = http.client.HTTPConnection(address.hostname, address.port)
+    connection.request("GET", "/http.client")
+    assert json.loads(connection.getresponse().read())["path"] == "/http.client"
+
+
+@pytest.mark.vcr
+def test_aiohttp_imported_in_the_test():
+    import aiohttp
+
+    async def get():
+        async with aiohttp.ClientSession() as session, session.get(WEATHER + "/aiohttp") as response:
+            return await response.json()
+
+    assert asyncio.run(get())["path"] == "/aiohttp"
+
+
+@pytest.mark.vcr
+def test_httpx_sync_and_async():
+    assert httpx.get(WEATHER + "/httpx").json()["path"] == "/httpx"
+
+    async def get():
+        async with httpx.AsyncClient() as client:
+            return (await client.get(WEATHER + "/httpx-async")).json()
+
+    assert asyncio.run(get())["path"] == "/httpx-async"
+
+
+@pytest.mark.vcr
+def test_openai():
+    assert ask("hello") == "echo: hello"
+
+
+@pytest.mark.vcr
+def test_anthropic():
+    client = anthropic.Anthropic(base_url=os.environ["FAKE_URL"], api_key="sk-ant-test", max_retries=0)
+    reply = client.messages.create(model="wbt-claude", max_tokens=20, messages=[{"role": "user", "content": "hi"}])
+    assert reply.content[0].text == "echo: hi"
+
+
+def test_without_the_marker_nothing_is_patched():
+    import aiohttp
+    import urllib3.connection
+    import urllib3.connectionpool as pools
+
+    assert http.client.HTTPConnection.__module__ == "http.client"
+    assert urllib3.connection.HTTPConnection.__module__ == "urllib3.connection"
+    assert pools.HTTPConnectionPool.ConnectionCls is urllib3.connection.HTTPConnection
+    assert "_get_conn" not in vars(pools.HTTPSConnectionPool)  # vcrpy's patch of an inherited method, removed
+    assert aiohttp.ClientSession._request.__module__ == "aiohttp.client"
+    assert requests.get(WEATHER + "/live").json()["path"] == "/live"  # the server itself answers
+'''
+
+
+def test_every_http_library_records_then_replays_and_nothing_stays_patched_after_the_test(
+        inner, monkeypatch, fake_provider, weather):
+    """requests, urllib3, http.client and aiohttp (vcrpy's patches, aiohttp first imported inside a
+    test), httpx sync and async, openai and anthropic (Workbench's transport): recorded, then
+    replayed offline, in one process and across pytest-xdist workers; a test without the marker
+    runs on the libraries unpatched and reaches the network."""
+    inner.makepyfile(test_libraries=LIBRARIES)
+    monkeypatch.setenv("WEATHER_URL", f"http://127.0.0.1:{weather.server_port}")
+    _run(inner, "--record-mode=once").assert_outcomes(passed=8)
+    assert weather.hits == 7 and len(fake_provider.requests) == 2
+    folder = inner.path / "cassettes" / "test_libraries"
+    assert [item.request.uri.rsplit("/", 1)[1] for item in load_cassette(folder / "test_aiohttp_imported_in_the_test.yaml")] \
+        == ["aiohttp"]
+    assert sorted(item.request.uri.rsplit("/", 1)[1] for item in load_cassette(folder / "test_httpx_sync_and_async.yaml")) \
+        == ["httpx", "httpx-async"]
+
+    _run(inner).assert_outcomes(passed=8)  # replayed: only the unmarked test reaches a server
+    assert weather.hits == 8 and len(fake_provider.requests) == 2
+    inner.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider").assert_outcomes(passed=8)
+    assert weather.hits == 9 and len(fake_provider.requests) == 2
+
+
+def test_vcrpys_patches_are_entered_and_undone_as_use_cassette_does(tmp_path):
+    """The attributes Workbench's cassette patches are those vcrpy's `use_cassette` patches, with
+    replacements of the same kinds, and after either every attribute is as it was (an inherited
+    one removed again)."""
+    import http.client
+
+    import aiohttp.client
+    import botocore.awsrequest
+    import urllib3.connection
+    import urllib3.connectionpool
+    from vcr import VCR
+
+    from workbench.replay.vcr_patch import use_cassette
+
+    namespaces = [http.client, urllib3.connection, urllib3.connectionpool, urllib3.connectionpool.HTTPConnectionPool,
+                  urllib3.connectionpool.HTTPSConnectionPool, aiohttp.client.ClientSession,
+                  botocore.awsrequest.AWSHTTPConnectionPool, botocore.awsrequest.AWSHTTPSConnectionPool]
+
+    def state() -> dict:
+        return {(index, name): value for index, namespace in enumerate(namespaces)
+                for name, value in vars(namespace).items()}
+
+    def patched(before: dict, now: dict) -> dict:
+        return {key: type(value).__name__ for key, value in now.items() if before.get(key, object()) is not value}
+
+    vcrpy = VCR(cassette_library_dir=str(tmp_path), record_mode="none")
+    options = {"skip_patchers": ("httpx", "httpx2")}
+    before = state()
+    with vcrpy.use_cassette("theirs.yaml", **options):
+        theirs = patched(before, state())
+    assert state() == before
+    with use_cassette(vcrpy, "ours.yaml", **options) as cassette:
+        ours = patched(before, state())
+        assert urllib3.connectionpool.HTTPConnectionPool.ConnectionCls.cassette is cassette
+    assert state() == before
+    assert len(theirs) >= 12 and ours == theirs

@@ -7,8 +7,9 @@ runs unchanged, with its LLM traffic replayed by Workbench.
 One file, two carriers: httpx and httpx2 traffic (the LLM SDKs) goes through Workbench's replay
 transport, the test's cassette being ambient (`workbench.replay.pytest_plugin.run_in_cassette`);
 everything else (requests, urllib3, aiohttp, http.client, ...) is vcrpy's own patching on the same
-file. What vcrpy records is handed to Workbench's session at the end of the test, which alone
-writes the file (merged, scrubbed, atomically).
+file (entered as `use_cassette` does, without its cost: `workbench.replay.vcr_patch`). What vcrpy
+records is handed to Workbench's session at the end of the test, which alone writes the file
+(merged, scrubbed, atomically).
 
 Installed together with pytest-recording, Workbench takes its place: pytest-recording is not loaded
 (`pytest -p no:workbench_vcr` gives the suite back to it). One plugin owns the marker, never both.
@@ -186,6 +187,8 @@ def vcr(request: pytest.FixtureRequest, vcr_markers: list, record_mode: str, dis
         return
     from vcr import VCR
 
+    from workbench.replay.vcr_patch import use_cassette
+
     vcrpy = VCR(path_transformer=VCR.ensure_suffix(path.suffix), cassette_library_dir=str(path.parent),
                 record_mode=_VCRPY_MODE[mode])
     documents: dict[Path, dict] = {}  # each file as Workbench's session parsed it, for vcrpy's half
@@ -197,7 +200,7 @@ def vcr(request: pytest.FixtureRequest, vcr_markers: list, record_mode: str, dis
     match_on = merged.get("match_on", _VCRPY_DEFAULT_MATCH_ON)
     session = Cassette(path, mode, also=extras, match_body="body" in match_on or "raw_body" in match_on,
                        filters=_VcrFilters(vcrpy.get_merged_config(**options)), documents=documents)
-    with run_in_cassette(request, session), vcrpy.use_cassette(path.name, **_not_twice(vcrpy, options)) as cassette:
+    with run_in_cassette(request, session), use_cassette(vcrpy, path.name, **_not_twice(vcrpy, options)) as cassette:
         loaded = len(cassette.data)
         yield cassette
         _hand_over(cassette.data[loaded:], session)

@@ -310,14 +310,27 @@ def _write_played(cassettes: dict[Path, tuple[int, set[int]]]) -> None:
     try:
         (work_dir / "replay").mkdir(parents=True, exist_ok=True)
         with exclusive(work_dir / "locks" / "played.lock"):
+            folders: dict[Path, Path] = {}
             for path, (own, played) in cassettes.items():
                 try:
-                    resolved = path.resolve()  # once: a suite's end resolves a thousand of them
+                    resolved = _resolved(path, folders)
                     _merge_played(resolved, _working_of(resolved, "replay", ".json", work_dir), own, played)
                 except OSError:
                     pass  # the stale check is advisory; replay itself must not fail on it
     except OSError:
         pass
+
+
+def _resolved(path: Path, folders: dict[Path, Path]) -> Path:
+    """`path.resolve()`, each folder resolved once (`folders`): a suite's end resolves a thousand
+    cassettes in a few folders, and a resolve is a system call per part of the path. A cassette that
+    is itself a link is resolved whole."""
+    if path.is_symlink():
+        return path.resolve()
+    folder = folders.get(path.parent)
+    if folder is None:
+        folder = folders[path.parent] = path.parent.resolve()
+    return folder / path.name
 
 
 def _merge_played(resolved: Path, record: Path, own: int, played: set[int]) -> None:
