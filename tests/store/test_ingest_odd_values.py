@@ -12,6 +12,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.store.db import open_store
 from workbench.store.ingest import _frames_fast, _schemas, ingest_spools
@@ -76,17 +78,58 @@ STORED = {
 
 
 @pytest.mark.parametrize("case", sorted(STORED))
-def test_an_odd_value_is_stored_or_quarantined_as_it_always_was(case, tmp_path):
+def test_what_an_odd_value_stores_or_quarantines(case, tmp_path):
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     spool.mkdir()
     (spool / DEAD).write_bytes(_batch(case))
-    column = case.split("=", 1)[0].split(".")[1]
+    kind, column = case.split("=", 1)[0].split(".")
     ingest_spools(db, spool)
     con = duckdb.connect(str(db), read_only=True)
     try:
-        stored = con.execute(f"SELECT call_id, {column} FROM calls ORDER BY call_id").fetchall()
+        table = {"call": "calls", "call_prefix": "call_prefixes"}[kind]
+        stored = con.execute(f"SELECT call_id, {column} FROM {table} ORDER BY call_id").fetchall()
         reasons = [reason for (reason,) in con.execute("SELECT reason FROM quarantine ORDER BY reason").fetchall()]
     finally:
         con.close()
     assert (stored, reasons) == STORED[case]
     assert not list(spool.glob("*.jsonl"))  # read whole: nothing left behind, nothing lost
+
+
+ITEMS = [0, -7, 2**31, 2**31 - 1, -(2**31) - 1, 2**63 - 1, -(2**63), 2**63, 2**64, True, False, None, 1.5, 1.0, "a", "",
+         "😀\x00", [1], [], {"a": 1}]
+
+
+def _per_row(values: list, kind) -> tuple | None:
+    """A list column as polars builds it from the lists themselves, with the parse's rule: its type,
+    one that converts to it exactly, or null; None (or a raise) is a refusal."""
+    import polars as pl
+
+    try:
+        column = pl.Series("c", values, strict=True)
+        if column.dtype != kind:
+            if not (column.dtype == pl.List(pl.Int64) and kind == pl.List(pl.Int32) or column.dtype in (
+                    pl.Null, pl.List(pl.Null))):
+                return None
+            column = column.cast(kind, strict=True)
+    except Exception:  # noqa: BLE001
+        return None
+    return column.dtype, column.to_list()
+
+
+@given(st.sampled_from(["List(Int64)", "List(Int32)", "List(String)"]),
+       st.lists(st.one_of(st.none(), st.lists(st.one_of(st.sampled_from([5, -3, 2**40, "x", "y z"]),
+                                                         st.sampled_from(ITEMS)), max_size=4)), min_size=1, max_size=6))
+@settings(max_examples=400, deadline=None)
+def test_a_list_column_is_parsed_as_polars_builds_it_from_the_lists(kind_name, values):
+    """The list columns' fast build (their items' one series) gives the frame of polars' build from
+    the lists themselves, row by row, or refuses as it does."""
+    import polars as pl
+
+    from workbench.store.ingest import _typed_frame
+
+    kind = {"List(Int64)": pl.List(pl.Int64), "List(Int32)": pl.List(pl.Int32), "List(String)": pl.List(pl.Utf8)}[kind_name]
+    try:
+        frame = _typed_frame([{"c": value} for value in values], {"c": kind})
+    except Exception:  # noqa: BLE001 - a raise is a refusal too: the batch goes to polars' reader
+        frame = None
+    assert (None if frame is None else (frame["c"].dtype, frame["c"].to_list())) == _per_row(values, kind)
