@@ -6,7 +6,9 @@ span each, as the recorder spools them) into a new store.
 
 `--repo` imports Workbench from another checkout (e.g. a worktree of main, for the figure before a
 change); `--append` adds the result to benchmarks/RESULTS.md. The backlog is written once per run
-into a temporary folder; the ingester is a fresh process, so its peak is the ingestion's alone."""
+into a temporary folder; the ingester is a fresh process, so its peak is the ingestion's alone. The
+line's columns: commit, calls, backlog, records, wall time of the ingest, peak RSS, peak / backlog,
+CPU time of the ingest, CPU time of the whole ingester process (its imports included)."""
 
 from __future__ import annotations
 
@@ -56,9 +58,10 @@ INGESTER = """
 import resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from workbench.store.ingest import ingest_spools
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 count = ingest_spools(sys.argv[1], sys.argv[2])
-print(count, time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(count, time.perf_counter() - started, usage.ru_maxrss, time.process_time() - cpu, usage.ru_utime + usage.ru_stime)
 """
 
 
@@ -71,7 +74,8 @@ def measure(calls: int, repo: Path) -> dict:
                              env=env, capture_output=True, text=True, check=True).stdout.splitlines()[-1].split()
         records, seconds, peak_kb = int(out[0]), float(out[1]), int(out[2])
     return {"calls": calls, "records": records, "backlog_mb": size / 2**20, "seconds": seconds,
-            "peak_mb": peak_kb / 1024, "ratio": peak_kb * 1024 / size}
+            "peak_mb": peak_kb / 1024, "ratio": peak_kb * 1024 / size, "ingest_cpu": float(out[3]),
+            "process_cpu": float(out[4])}
 
 
 def main() -> None:
@@ -84,7 +88,8 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", str(args.repo), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     line = (f"| {commit} | {result['calls']:,} | {result['backlog_mb']:.0f} MB | {result['records']:,} | "
-            f"{result['seconds']:.1f} s | {result['peak_mb']:.0f} MB | {result['ratio']:.2f}x |")
+            f"{result['seconds']:.1f} s | {result['peak_mb']:.0f} MB | {result['ratio']:.2f}x | "
+            f"{result['ingest_cpu']:.2f} s | {result['process_cpu']:.2f} s |")
     print(line)
     if args.append:
         with open(REPO / "benchmarks" / "RESULTS.md", "a") as results:

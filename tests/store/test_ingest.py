@@ -181,15 +181,35 @@ def _backlog(spool: Path, calls: int) -> None:
                 "span", {"span_id": f"s{index}", "trace_id": "t", "name": "chat", "start_time": "2025-01-01T00:00:00+00:00"}))
 
 
-def test_an_ingest_within_duckdbs_memory_limit_stores_every_record(tmp_path, caplog):
+def _limit_shown(limit: str) -> str:
+    """How DuckDB shows a memory limit once set (e.g. 64MB as 61.0 MiB)."""
+    con = duckdb.connect()
+    try:
+        con.execute(f"SET memory_limit = '{limit}'")
+        return con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    finally:
+        con.close()
+
+
+def test_an_ingest_within_duckdbs_memory_limit_stores_every_record(tmp_path, caplog, monkeypatch):
+    from workbench.insight import ingest as insight
     from workbench.store import ingest
 
+    seen = []  # the limit in force on the ingest's connection, each batch, read from inside the ingest
+
+    def derive(con, frames):
+        seen.append(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+        return real(con, frames)
+
+    real = insight.derive
+    monkeypatch.setattr(insight, "derive", derive)
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     _backlog(spool, 3_000)  # 27 MB of spool, 4 batches
     with caplog.at_level("INFO", logger="workbench.store"):
         assert ingest_spools(db, spool, own_process=True) == 9_000
-    assert "without the limit" not in caplog.text  # done within ingest.INGEST_MEMORY_LIMIT
-    assert ingest.INGEST_MEMORY_LIMIT == "64MB"
+    assert "without the limit" not in caplog.text  # done within the limit, never again without it
+    assert len(seen) == 4 and set(seen) == {_limit_shown(ingest.INGEST_MEMORY_LIMIT)}
+    assert _limit_shown(ingest.INGEST_MEMORY_LIMIT) == _limit_shown("64MB")
     assert _rows(db, "SELECT count(*), count(DISTINCT call_id), sum(length(b.request_json)) FROM calls "
                      "JOIN call_bodies b USING (call_id)") == [(3_000, 3_000, 3_000 * 4015 + sum(
                          len(str(index)) for index in range(3_000)))]

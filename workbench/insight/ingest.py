@@ -32,6 +32,13 @@ _ALIKE = 0.9  # a changed lead region across conversations counts when this much
 _DIFF_CONTEXT = 40
 _CALL_COLUMNS = ("cache_verdict", "cache_region", "cache_miss_micros", "cache_entry_call_id", "cache_write_micros",
                  "cache_expires_at")
+# the calls' columns a call is judged by (`_judged`, `_from_body`, its lineage): rows of these only,
+# not of every column of the table
+_JUDGED_COLUMNS = ("call_id", "run_id", "wire", "provider", "model_requested", "model_served", "price_source", "settled",
+                   "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens", "output_tokens",
+                   "cost_micros", "started_at")
+# ... and those the compactions read
+_OUTPUT_COLUMNS = ("call_id", "run_id", "settled", "started_at", "cost_micros", "model_served", "model_requested")
 
 
 def _us(value) -> int | None:
@@ -77,7 +84,7 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
               .iter_rows(named=True)} if "call_body" in frames else {}
     captured = {row["call_id"]: row for row in frames["call_prefix"].iter_rows(named=True)} if "call_prefix" in frames else {}
     batch: dict[str, dict] = {}
-    for call in calls.iter_rows(named=True):
+    for call in calls.select(_JUDGED_COLUMNS).iter_rows(named=True):
         prefix = captured.get(call["call_id"]) or _from_body(call, bodies.get(call["call_id"]))
         if prefix is None:
             continue
@@ -355,7 +362,7 @@ def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Ju
                 if groups else ()):
         outputs[row["run_id"]][row["call_id"]] = (row["started"], row["call_id"], row["output_text"],
                                                   row["cost_micros"], row["model"])
-    for call in (frames["call"].iter_rows(named=True) if groups else ()):
+    for call in (frames["call"].select(_OUTPUT_COLUMNS).iter_rows(named=True) if groups else ()):
         if call["settled"]:
             outputs[call["run_id"]][call["call_id"]] = (
                 _us(call["started_at"]) or 0, call["call_id"], (bodies.get(call["call_id"]) or {}).get("output_text"),

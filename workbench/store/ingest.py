@@ -49,6 +49,8 @@ _POLARS_TYPES = {
 }
 # what polars infers from parsed JSON that converts exactly into a column of another type
 _WIDENS = {pl.Int32: (pl.Int64,), pl.Float64: (pl.Int64,), pl.List(pl.Int32): (pl.List(pl.Int64),)}
+# the Python type of a list column's plain items, as parsed JSON gives them
+_ITEM_TYPES = {pl.Utf8: str, pl.Int64: int, pl.Int32: int}
 log = logging.getLogger("workbench.store")
 # Derived data (cache verdicts, inferred compactions) is computed from each batch before it is
 # written, by the insight layer, which comes after the store in the import order: the store names
@@ -160,15 +162,53 @@ def _typed_frame(rows: list[dict], schema: dict[str, pl.DataType]) -> pl.DataFra
     that converts to it exactly (a strict cast: an int32 out of range raises), or as null; None
     otherwise."""
     columns = []
-    for name, kind in schema.items():
-        values = pl.Series(name, [row.get(name) for row in rows], strict=True)
-        if values.dtype != kind:
-            if not (values.dtype in _WIDENS.get(kind, ()) or values.dtype == pl.Null or values.dtype == pl.List(pl.Null)
-                    and isinstance(kind, pl.List)):
-                return None
-            values = values.cast(kind, strict=True)
-        columns.append(values)
+    for (name, kind), values in zip(schema.items(), _columns(rows, schema)):
+        column = _plain_list_column(name, values, kind) if isinstance(kind, pl.List) else None
+        if column is None:
+            column = pl.Series(name, values, strict=True)
+            if column.dtype != kind:
+                if not (column.dtype in _WIDENS.get(kind, ()) or column.dtype == pl.Null
+                        or column.dtype == pl.List(pl.Null) and isinstance(kind, pl.List)):
+                    return None
+                column = column.cast(kind, strict=True)
+        columns.append(column)
     return pl.DataFrame(columns)
+
+
+def _columns(rows: list[dict], names) -> list[list]:
+    """Each named column's values, None where a row has no such key: transposed in one pass when
+    every row has the same keys in the same order (a recorder's rows do), else row by row."""
+    keys = list(rows[0])
+    if not all(list(row) == keys for row in rows):
+        return [[row.get(name) for row in rows] for name in names]
+    by_name = dict(zip(keys, map(list, zip(*[row.values() for row in rows]))))
+    missing = [None] * len(rows)
+    return [by_name.get(name, missing) for name in names]
+
+
+def _plain_list_column(name: str, values: list, kind: pl.List) -> pl.Series | None:
+    """A list column whose rows are lists (or nulls) of plain items of its inner type (ints, texts;
+    nulls), built from the items' one series and the rows' JSON text, decoded natively: polars
+    builds a series per row from the lists themselves, most of a prefix batch's parse. None for any
+    other column, which is built as before: the same frame, or the same refusal, either way."""
+    if not all(value is None or type(value) is list for value in values):
+        return None
+    items = [item for value in values if value is not None for item in value]
+    if not all(item is None or type(item) is _ITEM_TYPES[kind.inner] for item in items):
+        return None
+    items = pl.Series(items, strict=True)
+    if items.dtype != kind.inner:
+        if not (items.dtype in _WIDENS.get(kind.inner, ()) or items.dtype == pl.Null):
+            return None
+        items = items.cast(kind.inner, strict=True)  # raises for an item out of the inner type's range
+    flat, texts, start = items.to_list(), [], 0
+    for value in values:
+        if value is None:
+            texts.append(None)
+        else:
+            texts.append(orjson.dumps(flat[start:start + len(value)]).decode())
+            start += len(value)
+    return pl.Series(name, texts, dtype=pl.Utf8).str.json_decode(kind)
 
 
 def _frames_polars(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame]:
