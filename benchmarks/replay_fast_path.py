@@ -1,7 +1,8 @@
 """The replay fast path against the full path, in one process, in turn: the CPU time of replaying a
 suite's cases through `evaluate()` with the runtime's providers on the cassette's replay transport
-(answered directly) and on the same transport behind a plain wrapper (every call through httpx2's
-client, capture's transport and the replay transport, as before the fast path).
+(answered directly) and on the same transport with its fast path switched off (`fast_path=False`:
+every call through httpx2's client, capture's transport and the replay transport, as before the
+fast path).
 
     python benchmarks/replay_fast_path.py ROOT [--rounds 5]
 
@@ -18,21 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx2
-
-
-class Opaque(httpx2.AsyncBaseTransport):
-    """A transport the runtime cannot answer through: the full path."""
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
-        self.inner = inner
-
-    async def handle_async_request(self, request):
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,8 +34,13 @@ def main() -> None:
     from workbench.evaluate.suite import load_suites
 
     suite = load_suites([args.root / "evals" / "bench.py"])["bench"]
+
+    def without_fast_path(transport):
+        transport.fast_path = False
+        return suite.providers(transport)
+
     direct = suite
-    full = dataclasses.replace(suite, providers=lambda transport: suite.providers(Opaque(transport)))
+    full = dataclasses.replace(suite, providers=without_fast_path)
     times: dict[str, list[float]] = {"fast path": [], "full path": []}
     for _ in range(args.rounds):
         for name, variant in (("fast path", direct), ("full path", full)):

@@ -69,7 +69,7 @@ def _retained(tmp_path, cases: int, gate: bool = False) -> tuple[int, int]:
 
 # what a case holds besides the OUTPUT_CHARS of its output: recorded, its compact sample, scores
 # and ids; gated, also the gate's verdict on it and the baseline's entry (read before the run)
-RECORDED_CASE, GATED_CASE = 1_200, 1_600  # measured: 1.0 KB and 1.35 KB
+RECORDED_CASE, GATED_CASE = 1_050, 1_400  # measured: 0.86 KB and 1.19 KB (slotted scores, no list per case)
 
 
 @pytest.mark.parametrize("gate", [False, True], ids=["recording", "gating"])
@@ -176,3 +176,39 @@ def test_the_store_gets_every_case_and_sample_as_run_across_many_writes_of_the_s
             assert sample_output == json.dumps({"answer": answer, "epoch": epoch}, sort_keys=True)
             assert sample_score == (0.0 if n == 5 else 1.0) and sample_error is None
             assert json.loads(sample_scores)["tone"] is None
+
+
+def test_the_json_report_of_a_large_suite_is_written_as_it_is_encoded(tmp_path, store):
+    """`--json` writes the report a piece at a time: the same text as the whole report, without
+    holding a row per case (nor the text) while it writes."""
+    from workbench.evaluate.report import to_json, write_json
+
+    outcome = evaluate(_suite(tmp_path, "report", 2000, _long_answer), mode="replay", record_baseline=True)
+    text = to_json([outcome])
+    assert len(json.loads(text)["suites"][0]["cases"]) == 2000 and len(text) > 1_500_000
+    path = tmp_path / "report.json"
+    # what the report's writing holds, seen at every 10th write: the allocations made under
+    # report.py (the spool thread's, say, are not the report's)
+    report_only = [tracemalloc.Filter(True, "*/workbench/evaluate/report.py", all_frames=True)]
+    held = []
+
+    class Watched:
+        def __init__(self, handle) -> None:
+            self.handle, self.writes = handle, 0
+
+        def write(self, text: str) -> None:
+            self.writes += 1
+            if self.writes % 10 == 0:
+                snapshot = tracemalloc.take_snapshot().filter_traces(report_only)
+                held.append(sum(stat.size for stat in snapshot.statistics("filename")))
+            self.handle.write(text)
+
+    gc.collect()
+    tracemalloc.start(30)
+    try:
+        with path.open("w", encoding="utf-8") as handle:
+            write_json([outcome], Watched(handle))
+    finally:
+        tracemalloc.stop()
+    assert path.read_text(encoding="utf-8") == text
+    assert len(held) > 10 and max(held) < len(text) / 20, held  # a batch of pieces and a row at a time

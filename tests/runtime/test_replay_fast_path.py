@@ -3,8 +3,8 @@ httpx2's request and response machinery, and must leave EXACTLY what the full pa
 call rows (bodies, redaction, bills), spans, span events, runs and eval results, the same cassette
 behaviour (recorded order, retries, a missing recording's WB_REPLAY_MISS), the same errors. Each
 scenario is recorded once from the fake provider over 127.0.0.1, then replayed twice into fresh
-stores: through the fast path, and through the full path (the replay transport behind a plain
-wrapper, which the runtime cannot answer directly)."""
+stores: through the fast path, and through the full path (the replay transport with its fast path
+switched off: `fast_path=False`)."""
 
 from __future__ import annotations
 
@@ -37,19 +37,6 @@ VOLATILE = {"started_at", "ended_at", "first_byte_at", "start_time", "end_time",
 
 class Verdict(BaseModel):
     label: str
-
-
-class _Opaque(httpx2.AsyncBaseTransport):
-    """The replay transport behind a wrapper of the application's: requests take the full path."""
-
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
-        self.inner = inner
-
-    async def handle_async_request(self, request):
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def _no_sleep(delay: float) -> None:
@@ -167,8 +154,8 @@ def _replay(tmp_path: Path, cassette: Path, name: str, direct: bool, base_url: s
     configure(db=tmp_path / f"{name}.duckdb")
     register_models()
     session = Cassette(cassette, "replay")
-    transport = AsyncReplayTransport(session, httpx2.MockTransport(_refuse))
-    outcomes = _run(_gateway(base_url, transport if direct else _Opaque(transport)), _scenario)
+    transport = AsyncReplayTransport(session, httpx2.MockTransport(_refuse), fast_path=direct)
+    outcomes = _run(_gateway(base_url, transport), _scenario)
     return outcomes, _stored(Store(tmp_path / f"{name}.duckdb")), session
 
 
@@ -220,7 +207,7 @@ def test_fast_path_stores_what_the_full_path_stores(tmp_path: Path, fake_provide
 
 
 @pytest.mark.parametrize("case", ["record mode", "filters", "capture off", "suppressed", "cookie kept", "auth",
-                                  "closed client"])
+                                  "closed client", "switched off"])
 def test_fast_path_leaves_to_the_full_path(tmp_path: Path, case: str):
     """Where the fast path cannot answer exactly as the full path would, it declines (None) and
     the request is sent by the client as before."""
@@ -228,7 +215,7 @@ def test_fast_path_leaves_to_the_full_path(tmp_path: Path, case: str):
     session = Cassette(tmp_path / "c.json", "record" if case == "record mode" else "replay")
     if case == "filters":
         session.filters = type("Keep", (), {"request": lambda self, r: r, "response": lambda self, r: r})()
-    transport = AsyncReplayTransport(session, httpx2.MockTransport(_refuse))
+    transport = AsyncReplayTransport(session, httpx2.MockTransport(_refuse), fast_path=case != "switched off")
     client = httpx2.AsyncClient(auth=("user", "pass") if case == "auth" else None)
     if case == "cookie kept":
         client.cookies.set("session", "abc")
@@ -258,11 +245,14 @@ CLASSIFIER = define_prompt("fastpath-classifier", "v1", system="Label the ticket
 
 def _suite(tmp_path: Path, base_url: str, direct: bool):
     cases = [{"id": case_id, "vars": {"ticket": text}, "expected": {"label": label}} for case_id, text, label in TICKETS]
+
+    def providers(transport):  # the eval's replay transport, made by the runner
+        transport.fast_path = direct
+        return [OpenAIProvider(f"{base_url}/v1", OPENAI_KEY, [GPT], transport=transport)]
+
     return define_eval(
         "fastpath", CLASSIFIER, cases, [exact("label")], cassette=tmp_path / "cassettes" / "fastpath.json",
-        baseline=tmp_path / "fastpath.baseline.json", concurrency=1, epochs=2,
-        providers=lambda transport: [OpenAIProvider(f"{base_url}/v1", OPENAI_KEY, [GPT],
-                                                    transport=transport if direct else _Opaque(transport))],
+        baseline=tmp_path / "fastpath.baseline.json", concurrency=1, epochs=2, providers=providers,
     )
 
 
@@ -291,3 +281,25 @@ def test_an_eval_replayed_through_the_fast_path_stores_the_same_results(tmp_path
     for table, rows in stored["full"].items():
         assert stored["fast"][table] == rows, table
     assert len(stored["fast"]["eval_samples"]) == 6 and len(stored["fast"]["calls"]) == 6
+
+
+def test_fast_path_keeps_no_client_alive_and_follows_its_headers(tmp_path: Path):
+    """The merged request headers the fast path keeps for the next call are keyed on the headers
+    themselves: a client whose headers change gets the new ones, and a client let go is freed."""
+    import gc
+    import weakref
+
+    configure(db=tmp_path / "wb.duckdb")
+    transport = AsyncReplayTransport(Cassette(tmp_path / "c.json", "replay"), httpx2.MockTransport(_refuse))
+    client = httpx2.AsyncClient(headers={"x-team": "one"})
+    url = httpx2.URL("http://127.0.0.1:9/v1/chat/completions")
+    response = asyncio.run(transport.answer_directly(client, "POST", url, b'{"model":"gpt-test"}', {"x-call": "a"}))
+    assert response.status_code == 400  # nothing recorded: the miss, answered directly
+    assert transport._merged_headers(client, {"x-call": "a"})[1]["x-team"] == ["one"]
+    client.headers["x-team"] = "two"
+    merged, recorded = transport._merged_headers(client, {"x-call": "a"})
+    assert (merged["x-team"], recorded["x-team"], recorded["x-call"]) == ("two", ["two"], ["a"])
+    gone = weakref.ref(client)
+    del client, response
+    gc.collect()
+    assert gone() is None

@@ -4,8 +4,10 @@ and no random ids, so replaying a suite twice gives the same bytes."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
+from typing import TextIO
 from xml.etree import ElementTree
 
 from rich.console import Console
@@ -91,8 +93,42 @@ def summary(outcome: Outcome, cases: bool = True) -> dict:
     }
 
 
+class _Rows(list):
+    """A suite's per-case rows as the JSON encoder reads a list: each made as the encoder reaches
+    it, so a 100,000-case report never holds a row per case (nor its whole text)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+    def __iter__(self) -> Iterator[dict]:
+        return _rows(self.outcome)
+
+    def __len__(self) -> int:
+        return len(self.outcome.eval_run.results)
+
+
+_WRITE_CHARS = 1 << 13  # the encoder's pieces are a few characters each: written in batches
+
+
+def write_json(outcomes: list[Outcome], out: TextIO) -> None:
+    """The JSON report, written to `out` as it is encoded: the same text as `to_json`."""
+    report = {"format": 2, "suites": [{**summary(outcome, cases=False), "cases": _Rows(outcome)} for outcome in outcomes]}
+    pieces, size = [], 0
+    for piece in json.JSONEncoder(indent=2, sort_keys=True).iterencode(report):
+        pieces.append(piece)
+        size += len(piece)
+        if size >= _WRITE_CHARS:
+            out.write("".join(pieces))
+            pieces, size = [], 0
+    pieces.append("\n")
+    out.write("".join(pieces))
+
+
 def to_json(outcomes: list[Outcome]) -> str:
-    return json.dumps({"format": 2, "suites": [summary(outcome) for outcome in outcomes]}, indent=2, sort_keys=True) + "\n"
+    text = io.StringIO()
+    write_json(outcomes, text)
+    return text.getvalue()
 
 
 def to_junit(outcomes: list[Outcome]) -> str:

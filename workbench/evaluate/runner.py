@@ -153,16 +153,18 @@ class Sample:
 
 @dataclass(slots=True)
 class CaseResult:
+    # a large suite holds one of these per case until it is stored and reported
     case_id: str
-    samples: list[Sample]
-    errored: list[Sample] = field(init=False)
+    samples: tuple[Sample, ...]
+    errored: tuple[Sample, ...] = field(init=False)  # most cases: the one empty tuple, no list each
     # every sample's score, in epoch order (empty when the case errored)
     values: list[float] = field(init=False)
     # the mean of the samples, to 6 places; None: the case ended in an error, so no score
     score: float | None = field(init=False)
 
     def __post_init__(self) -> None:  # a case's samples are all in once it is built
-        self.errored = [sample for sample in self.samples if sample.error is not None]
+        self.samples = tuple(self.samples)
+        self.errored = tuple(sample for sample in self.samples if sample.error is not None)
         self.values = [] if self.errored else [sample.score for sample in self.samples]
         self.score = round(stats.mean(self.values), 6) if self.values else None
 

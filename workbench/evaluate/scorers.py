@@ -26,7 +26,7 @@ class ScoreContext:
     judge: Any = None  # the suite's judge runner, for llm_judge
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slotted: a large suite holds one per scorer and sample to the end
 class Score:
     """A score is checked where it is made: a value that is not a number in [0, 1] (NaN, 5, "high")
     is WB_EVAL_SCORE_INVALID, so no gate ever averages it; frozen, so it stays checked."""

@@ -321,10 +321,18 @@ def build(httpx: ModuleType):
             self.inner.close()
 
     class AsyncReplayTransport(httpx.AsyncBaseTransport):
-        def __init__(self, cassette: Cassette, inner=None) -> None:
+        """`fast_path=False` switches the replay fast path off (`answer_directly` always declines):
+        every request goes through the client and this transport, as an opaque wrapper's would.
+        For comparing the two paths; the stored results are the same either way."""
+
+        def __init__(self, cassette: Cassette, inner=None, *, fast_path: bool = True) -> None:
             self.cassette = cassette
             self.inner = inner if inner is not None else httpx.AsyncHTTPTransport()
-            self._merged: tuple | None = None  # the fast path's last request headers
+            self.fast_path = fast_path
+            # the fast path's last merged request headers, for the client's headers and the call's
+            # as they were then (the same every call of a provider): (client headers, call headers,
+            # merged, as recorded)
+            self._merged: tuple | None = None
 
         async def handle_async_request(self, request):
             recorded = _recorded_request(self.cassette, request, scrub_body(await request.aread(), self.cassette.body_hook))
@@ -353,7 +361,7 @@ def build(httpx: ModuleType):
             act on (a redirect, a streamed or cut body) is handed to the full path, which
             serves it rather than taking the next recording."""
             cassette = self.cassette
-            if (cassette.mode != "replay" or cassette.filters is not None or client.is_closed or client.auth is not None
+            if (not self.fast_path or cassette.mode != "replay" or cassette.filters is not None or client.is_closed or client.auth is not None
                     or len(client.cookies) or any(client.event_hooks.values()) or not records_now()
                     or routed(self, httpx, True) is not self):
                 return None
@@ -384,17 +392,19 @@ def build(httpx: ModuleType):
 
         def _merged_headers(self, client, headers: dict[str, str]) -> tuple:
             """The request's headers as the client would send them (its own, then the call's), and
-            as a cassette holds them; kept for the next call, whose headers are the same."""
-            key = (client, tuple(headers.items()))
+            as a cassette holds them; kept for the next call, whose headers are the same. Keyed on
+            the headers' contents, never on the client (a closed client is not kept alive)."""
+            own = tuple(client.headers.multi_items())
+            call = tuple(headers.items())
             cached = self._merged
-            if cached is not None and cached[0] == key:
-                return cached[1], cached[2]
+            if cached is not None and cached[0] == own and cached[1] == call:
+                return cached[2], cached[3]
             merged = httpx.Headers(client.headers)
             merged.update(headers)
             recorded: dict[str, list[str]] = {}
             for name, value in merged.multi_items():
                 recorded.setdefault(name, []).append(value)
-            self._merged = (key, merged, recorded)
+            self._merged = (own, call, merged, recorded)
             return merged, recorded
 
         async def aclose(self) -> None:
