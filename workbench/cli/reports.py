@@ -22,9 +22,14 @@ def _cost_table(frame, keys: tuple[str, ...]):
     """The cost report as a terminal table: money, then latency as `p50 / p95 / p99` in two columns."""
     import polars as pl
 
+    from workbench.store.rollup import LATENCY_ERROR
+
+    # read from the latency rollup's buckets: said in the header, with their error
+    approx = f" (≈ ±{LATENCY_ERROR:.1%})" if "latency_approx" in frame.columns and frame["latency_approx"].any() else ""
+
     def spread(kind: str) -> pl.Expr:
         parts = [pl.col(f"{kind}_{p}_ms").round(0).cast(pl.Int64).cast(pl.Utf8) for p in ("p50", "p95", "p99")]
-        return pl.concat_str(parts, separator=" / ").alias(f"{kind} ms p50/95/99")
+        return pl.concat_str(parts, separator=" / ").alias(f"{kind} ms p50/95/99{approx}")
 
     replayed = pl.when(pl.col("replayed_calls") > 0).then(pl.col("replayed_cost_micros"))  # none: left blank
     return frame.select(*keys, "currency", "calls", "unpriced_calls", "cost_micros", pl.col("replayed_calls").alias("replayed"),
