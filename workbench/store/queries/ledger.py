@@ -14,8 +14,11 @@ what they would have cost. Latency is over live calls (a replay answers from a f
 and 99th percentile of the time to first byte and of the duration, in milliseconds.
 
 A breakdown by model, provider, prompt or time that the daily rollup can answer (`rolled_up`: whole
-UTC days, call-level filters) takes its sums from it, the same integers; its latency percentiles are
-always exact, read from the calls (three columns: on ten million calls, half the breakdown's cost).
+UTC days, call-level filters) takes its sums from it, the same integers. By model, provider, prompt
+or month, its latency percentiles come from the monthly latency rollups (`rollup.TTFB`,
+`rollup.DURATION`), each within `rollup.LATENCY_ERROR` of the exact one, and its rows say so
+(`latency_approx`): ranking every call costs ~0.1 s per million calls and column, 4 s on ten
+million. Every other breakdown and filter reads exact percentiles from the calls.
 """
 
 from __future__ import annotations
@@ -81,7 +84,9 @@ def _main_currency(con: duckdb.DuckDBPyConnection, f: Filters, rolled: bool) -> 
 def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, raw: bool = False) -> pl.DataFrame:
     """Spend and latency grouped by `by` (a name of `BUILT_IN`, else a tag key; `tag:KEY` forces a tag),
     most expensive first (time keys: in time order). Its sums from the daily rollup when it can
-    answer `f` and `by` (`rolled_up`), unless `raw`: the same figures."""
+    answer `f` and `by` (`rolled_up`), unless `raw`: the same figures; then, by model, provider,
+    prompt or month, its latency from the latency buckets (`latency_approx` true: each percentile
+    within `rollup.LATENCY_ERROR` of the exact one), else exact."""
     rolled = not raw and by in _ROLLED_KEYS and rolled_up(con, f)
     frame = _raw_spend_by(con, f, by, _main_currency(con, f, rolled), rolled)
     bucketed = rolled and by in _BUCKETED_KEYS and latency_rolled_up(con, f)
