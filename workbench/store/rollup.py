@@ -147,7 +147,9 @@ def bucket_ms(bucket: str) -> str:
 def _latency(table: str, moment: str) -> Rollup:
     return Rollup(table, (("month", "DATE", _MONTH), *_DIMENSIONS, ("currency", "VARCHAR", "c.currency"),
                           ("bucket", "INTEGER", latency_bucket(moment))),
-                  (("calls", "count(*)", "sum"),), ("month", "bucket"))
+                  # merged on every key: a batch rewrites only its own groups, not a busy month's every bucket
+                  (("calls", "count(*)", "sum"),),
+                  ("month", "provider", "model", "prompt_id", "prompt_version", "currency", "bucket"))
 
 
 TTFB = _latency("ttfb_rollup", "first_byte_at")
