@@ -38,6 +38,7 @@ f = q.Filters(**{k: date.fromisoformat(v) if k.startswith("date") and v else tup
                  for k, v in args["filters"].items()})
 page = args["page"]
 with open_store(args["db"], read_only=True) as con:
+    con.execute("SET enable_progress_bar = false")  # a long query's bar would end on stdout, before the result
     run_id = q.run_choices(con, q.Filters(), limit=1)["run_id"][0]
     fn = {"(sidebar options)": lambda con, f: q.filter_options(con),
           "overview headline": q.overview_headline, **q.PAGES}[page]

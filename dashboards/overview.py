@@ -7,6 +7,8 @@ import polars as pl
 import streamlit as st
 
 import _common as ui
+from workbench.store.queries import LATENCY
+from workbench.store.rollup import LATENCY_ERROR
 
 filters = ui.page_header("Overview", "Where the money went: by day, model and prompt version.")
 tag_keys = sorted({tag.partition("=")[0] for tag in ui.filter_choices().get("tags", [])})
@@ -59,15 +61,29 @@ if not by_day.is_empty():
     ui.bar_chart(grouped, "day", "cost_micros", key, "Spend per day (UTC)", x_type="O", currency=currency)
 
 data = ui.load("overview_tables", filters, f"tag:{by}" if by in tag_keys else by, int(top))
+
+
+def latency_table(frame: pl.DataFrame, name: str) -> None:
+    """A breakdown whose latency read from the latency buckets says so in its column names."""
+    bucketed = "latency_approx" in frame.columns and bool(frame["latency_approx"].any())
+    config = {column: st.column_config.NumberColumn(
+        f"≈ {column.removesuffix('_ms').replace('_', ' ')} ms", help=f"within {LATENCY_ERROR:.1%} of the exact "
+        "percentile: read from the latency rollup's buckets") for column in LATENCY} if bucketed else {}
+    ui.table(frame, name, hide=("latency_approx",), column_config=config)
+
+
 st.subheader(f"Spend by {by}")
 st.caption("Exact amounts: the rows add up to the Spend above, to the millionth of a cent. Latency (ms) is over "
-           "live calls: median, 95th and 99th percentile of the time to first byte and of the duration.")
-ui.table(data["breakdown"], f"breakdown_by_{by}")
+           "live calls: median, 95th and 99th percentile of the time to first byte and of the duration; marked ≈ "
+           f"where it is read from monthly latency buckets, each within {LATENCY_ERROR:.1%} of the exact percentile "
+           "(exact with a run name or tag filter, a start that is not a UTC midnight, or a breakdown by day, week, "
+           "run or tag).")
+latency_table(data["breakdown"], f"breakdown_by_{by}")
 
 st.subheader("By model")
-ui.table(data["by_model"], "spend_by_model")
+latency_table(data["by_model"], "spend_by_model")
 st.subheader("By prompt version")
-ui.table(data["by_prompt"], "spend_by_prompt")
+latency_table(data["by_prompt"], "spend_by_prompt")
 
 left, right = st.columns(2)
 with left:

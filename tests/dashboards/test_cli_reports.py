@@ -104,3 +104,13 @@ def test_models_says_what_a_model_is_priced_at_and_from_where():
     assert rows["gpt-4o-mini"]["priced_by"].startswith(("gpt-4o-mini@", "genai-prices "))
     assert rows["gpt-4o-mini"]["input_per_m"] == "0.150 USD"
     assert rows["in-house-70b"]["priced_by"] == "unpriced"
+
+
+def test_the_report_says_when_its_latency_is_read_from_the_buckets(dashboard_db):
+    """By model, the percentiles come from the latency buckets and the header says so; by run, from the
+    calls, exact, and the header has no such mark; JSON carries the flag on every row."""
+    bucketed, exact = (workbench(dashboard_db, "report", "cost", "--by", by) for by in ("model", "run"))
+    assert bucketed.exit_code == exact.exit_code == 0, bucketed.output + exact.output
+    assert "within 1.0% of the exact one" in bucketed.stdout and "≈" not in exact.stdout
+    rows = json.loads(workbench(dashboard_db, "report", "cost", "--by", "model", "--format", "json").stdout)
+    assert rows and all(row["latency_approx"] for row in rows)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
 
@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 import dashboard_store as fx
 from fixtures.ledger_checks import check_pages, raw_figures
 from workbench.store import queries as q
+from workbench.store import rollup
 from workbench.store.db import open_store
+from workbench.store.ingest import write_rows
 
 MODELS = ["alpha", "beta", "mystery"]  # mystery has no price
 TENANTS = ["acme", "globex", "initech"]
@@ -149,10 +151,52 @@ def test_breakdown_by_tag_takes_the_nearest_run_that_has_the_key(dashboard_db):
 
 
 def test_latency_beside_cost(dashboard_db):
-    frame = q.read(dashboard_db, None, lambda con: q.spend_by(con, q.Filters(), "model"))
-    alpha = frame.filter(frame["model"] == "alpha").row(0, named=True)
+    def work(con):
+        return (q.spend_by(con, q.Filters(), "model", raw=True), q.spend_by(con, since_noon, "model"),
+                q.spend_by(con, q.Filters(), "model"))
+
+    since_noon = q.Filters(date_from=datetime(2024, 4, 30, 12, tzinfo=timezone.utc))  # no whole day: from the calls
+    exact, from_noon, bucketed = q.read(dashboard_db, None, work)
     # the fixture's live calls all took 2 s with a first byte at 400 ms
-    assert (alpha["ttfb_p50_ms"], alpha["ttfb_p99_ms"], alpha["duration_p95_ms"]) == (400.0, 400.0, 2000.0)
+    for frame in (exact, from_noon):
+        alpha = frame.filter(frame["model"] == "alpha").row(0, named=True)
+        assert (alpha["ttfb_p50_ms"], alpha["ttfb_p99_ms"], alpha["duration_p95_ms"]) == (400.0, 400.0, 2000.0)
+        assert not alpha["latency_approx"]
+    # read from the monthly latency buckets: said so, and within their error
+    alpha = bucketed.filter(bucketed["model"] == "alpha").row(0, named=True)
+    assert alpha["latency_approx"] and rollup.LATENCY_ERROR < 0.01
+    assert abs(alpha["ttfb_p50_ms"] - 400) <= 4 and abs(alpha["duration_p95_ms"] - 2000) <= 20
+
+
+def test_bucketed_percentiles_interpolate_as_the_exact_ones(tmp_path):
+    """Latencies spread over three months and many buckets: every percentile by model and by month,
+    over whole months, partial ones and no whole one, within the stated error of `quantile_cont`."""
+    rows = fx.call_rows()
+    spread = []
+    for index in range(300):
+        row = dict(rows[index % len(rows)], call_id=f"spread{index}", run_id=None, replayed=index % 7 == 0)
+        start = datetime(2024, 4, 1, tzinfo=timezone.utc) + timedelta(hours=7 * index)
+        row.update(started_at=start.isoformat(), first_byte_at=(start + timedelta(microseconds=37 * index ** 2)).isoformat(),
+                   ended_at=(start + timedelta(milliseconds=5 + (index * 7919) % 90_000)).isoformat())
+        spread.append(row)
+    db = fx.build(tmp_path / "wb.duckdb", evals=False)
+    with open_store(db) as con:
+        write_rows(con, "call", spread)
+    cuts = [q.Filters(), q.Filters(date_from=date(2024, 5, 1)), q.Filters(date_from=date(2024, 4, 9), date_to=date(2024, 6, 3)),
+            q.Filters(date_from=date(2024, 5, 3), date_to=date(2024, 5, 20)), q.Filters(date_to=date(2024, 5, 31))]
+
+    def work(con):
+        return [(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True)) for f in cuts for by in ("model", "month")]
+
+    for bucketed, exact in q.read(db, None, work):
+        assert bucketed["latency_approx"].all() and bucketed.height == exact.height
+        joined = bucketed.join(exact, on=[c for c in exact.columns if c not in (*q.LATENCY, "latency_approx")],
+                               nulls_equal=True)
+        assert joined.height == exact.height
+        for name in q.LATENCY:
+            for shown, true in zip(joined[name], joined[f"{name}_right"]):
+                assert (shown is None) == (true is None)
+                assert true is None or abs(shown - true) <= rollup.LATENCY_ERROR * true + 0.1, (name, shown, true)
 
 
 def test_week_and_month_rows_add_up_to_days(dashboard_db):

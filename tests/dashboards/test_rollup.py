@@ -27,6 +27,7 @@ from workbench.store.copy import copy_store
 from workbench.store.db import open_store
 from workbench.store.ingest import ingest_spools, write_rows
 from workbench.store.queries._base import _frame, _Sql, rolled_up, runs_rolled_up, scope
+from workbench.store.queries.ledger import LATENCY
 from workbench.store.schema import MIGRATIONS, migrate
 
 VERDICTS = [None, "hit", "cold", "expired", "prefix_changed"]
@@ -39,6 +40,24 @@ def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
 
 def _same(rolled: pl.DataFrame, raw: pl.DataFrame) -> None:
     assert_frame_equal(_sorted(rolled), _sorted(raw), check_exact=True)
+
+
+def _same_spend(rolled: pl.DataFrame, raw: pl.DataFrame, bucketed: bool) -> None:
+    """A breakdown read from the rollups is the raw one: the same sums, and its latency percentiles
+    the exact ones or, read from the latency buckets (and saying so), each within the buckets' stated
+    error of the exact one (both rounded to 0.1 ms)."""
+    assert rolled["latency_approx"].to_list() == [bucketed] * rolled.height
+    assert not raw["latency_approx"].any()
+    others = [name for name in rolled.columns if name not in (*LATENCY, "latency_approx")]
+    rolled, raw = rolled.sort(others, nulls_last=True), raw.sort(others, nulls_last=True)
+    _same(rolled.select(others), raw.select(others))
+    for name in LATENCY:
+        for shown, exact in zip(rolled[name].to_list(), raw[name].to_list()):
+            assert (shown is None) == (exact is None), name
+            if exact is not None and bucketed:
+                assert abs(shown - exact) <= rollup.LATENCY_ERROR * abs(exact) + 0.1, (name, shown, exact)
+            else:
+                assert shown == exact, name
 
 
 def _rollup_rows(con: duckdb.DuckDBPyConnection, source: str, spec: rollup.Rollup = rollup.DAILY) -> pl.DataFrame:
@@ -64,8 +83,9 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
         assert runs_rolled_up(con, f) == whole_days
         _same(q.spend_cube(con, f), q.spend_cube(con, f, raw=True))
         _same(q.miss_reasons(con, f), q.miss_reasons(con, f, raw=True))
-        for by in ("model", "provider", "prompt", "day", "week", "month"):  # sums rolled up, latency from the calls
-            _same(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True))
+        for by in ("model", "provider", "prompt", "day", "week", "month"):
+            _same_spend(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True),
+                        bucketed=by not in ("day", "week") and rolled_up(con, f))
         for by in ((), ("prompt_id", "prompt_version", "model"), ("provider",)):
             _same(q.cache_savings(con, f, by), q.cache_savings(con, f, by, raw=True))
         if f.call_level:  # the runs a call-level filter keeps (a scope's run set)

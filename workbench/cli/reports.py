@@ -18,13 +18,19 @@ from workbench.errors import WorkbenchError
 # cost --by is open (any tag key), so it is checked by the query, not by a fixed set of choices
 CacheBy, FailuresBy = choices("CacheBy", "model", "prompt"), choices("FailuresBy", "error_code", "prompt")
 
+def _bucketed(frame) -> bool:
+    return "latency_approx" in frame.columns and bool(frame["latency_approx"].any())
+
+
 def _cost_table(frame, keys: tuple[str, ...]):
     """The cost report as a terminal table: money, then latency as `p50 / p95 / p99` in two columns."""
     import polars as pl
 
+    approx = "≈" if _bucketed(frame) else ""  # read from the latency rollup's buckets (`report_cost` says how close)
+
     def spread(kind: str) -> pl.Expr:
         parts = [pl.col(f"{kind}_{p}_ms").round(0).cast(pl.Int64).cast(pl.Utf8) for p in ("p50", "p95", "p99")]
-        return pl.concat_str(parts, separator=" / ").alias(f"{kind} ms p50/95/99")
+        return pl.concat_str(parts, separator=" / ").alias(f"{kind} ms {approx}p50/95/99")
 
     replayed = pl.when(pl.col("replayed_calls") > 0).then(pl.col("replayed_cost_micros"))  # none: left blank
     return frame.select(*keys, "currency", "calls", "unpriced_calls", "cost_micros", pl.col("replayed_calls").alias("replayed"),
@@ -70,6 +76,10 @@ def report_cost(
     shown = frame if top is None or group in queries.TIME_KEYS else queries.top_n(frame, keys, top)
     _emit(_cost_table(shown, keys) if fmt == "table" else shown, fmt, f"cost by {group}")
     if fmt == "table":
+        if _bucketed(shown):
+            from workbench.store.rollup import LATENCY_ERROR
+
+            console.print(f"≈ latency read from monthly buckets: each percentile within {LATENCY_ERROR:.1%} of the exact one")
         for row in totals.iter_rows(named=True):
             console.print(f"total {_money(row['cost_micros'], row['currency'])} paid"
                           + (f"; replayed calls would cost {_money(row['replayed_cost_micros'], row['currency'])}"

@@ -1,7 +1,8 @@
 """The rollups of calls: the calls summed per UTC day and per value of every call-level filter and
 key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUNS`, table
 `call_run_rollup`: the runs' own sums, first and last moments, for what the pages aggregate by
-run). The pages read their figures from them (a few rows per day, or per run) instead of scanning
+run), and the live calls' latencies counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`:
+the Overview's percentiles, within `LATENCY_ERROR`). The pages read their figures from them (a few rows per day, or per run) instead of scanning
 every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
 answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
 or a rollup does not count every stored call.
@@ -118,7 +119,42 @@ RUNS = Rollup(
      ("cost_micros", "sum(c.cost_micros) FILTER (WHERE c.settled)", "sum")),
     ("run_id", "day_n"),
 )
-ROLLUPS = (DAILY, RUNS)
+
+# The latency of live calls per UTC month, filter value and log-spaced bucket of the time to first
+# byte (`TTFB`) and of the duration (`DURATION`): the Overview's percentiles read these few rows
+# instead of ranking every call (`queries.ledger`). A bucket of `GROWTH` holds the latencies in
+# (GROWTH**(k-2), GROWTH**(k-1)] µs and stands for 2 * GROWTH**(k-1) / (1 + GROWTH): within
+# `LATENCY_ERROR` of every latency in it (zero is its own bucket, a negative one mirrors a positive
+# one). A call that has no such latency (replayed, or no time stamp) counts with a null bucket, so
+# the rollup still counts every call.
+GROWTH = 1.02
+LATENCY_ERROR = (GROWTH - 1) / (GROWTH + 1)  # relative, < 1%
+_MONTH = "date_trunc('month', DATE '1970-01-01' + (epoch_us(c.started_at) // 86400000000)::INTEGER)::DATE"
+
+
+def latency_bucket(moment: str) -> str:
+    """The bucket (SQL, from calls `c`) of the latency from a call's start to `moment`, null when none."""
+    us = f"(epoch_us(c.{moment}) - epoch_us(c.started_at))"
+    return (f"(CASE WHEN coalesce(c.replayed, false) OR c.{moment} IS NULL THEN NULL WHEN {us} = 0 THEN 0 "
+            f"ELSE sign({us}) * (ceil(ln(abs({us})) / ln({GROWTH})) + 1) END)::INTEGER")
+
+
+def bucket_ms(bucket: str) -> str:
+    """The latency in milliseconds a bucket stands for (SQL)."""
+    return f"(sign({bucket}) * 2 * pow({GROWTH}, abs({bucket}) - 1) / (1 + {GROWTH}) / 1000.0)"
+
+
+def _latency(table: str, moment: str) -> Rollup:
+    return Rollup(table, (("month", "DATE", _MONTH), *_DIMENSIONS, ("currency", "VARCHAR", "c.currency"),
+                          ("bucket", "INTEGER", latency_bucket(moment))),
+                  # merged on every key: a batch rewrites only its own groups, not a busy month's every bucket
+                  (("calls", "count(*)", "sum"),),
+                  ("month", "provider", "model", "prompt_id", "prompt_version", "currency", "bucket"))
+
+
+TTFB = _latency("ttfb_rollup", "first_byte_at")
+DURATION = _latency("duration_rollup", "ended_at")
+ROLLUPS = (DAILY, RUNS, TTFB, DURATION)
 
 
 def aggregate(source: str) -> str:
@@ -142,7 +178,8 @@ def add_calls(con: duckdb.DuckDBPyConnection, batch: str, only_new: bool, append
     transactions where one deleted rows the other also changed; readers merge the rows of a group
     either way."""
     # a batch's times may still be text (the insert casts them): cast as the insert does
-    source = f"(SELECT * REPLACE (CAST(b.started_at AS TIMESTAMPTZ) AS started_at) FROM {batch} b" + (
+    times = ", ".join(f"CAST(b.{name} AS TIMESTAMPTZ) AS {name}" for name in ("started_at", "first_byte_at", "ended_at"))
+    source = f"(SELECT * REPLACE ({times}) FROM {batch} b" + (
         " WHERE NOT EXISTS (SELECT 1 FROM calls s WHERE s.call_id = b.call_id))" if only_new else ")")
     for spec in ROLLUPS:
         if append:

@@ -297,6 +297,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         # (workbench/store/rollup.py `RUNS`); filled here from the calls already stored
         f"{rollup.RUNS.table_sql}\nINSERT INTO call_run_rollup {rollup.RUNS.aggregate('calls')};",
     ),
+    (
+        "0014_dash12_latency_rollups",
+        # the live calls' latencies counted per UTC month, filter value and log-spaced bucket, kept
+        # with every write of calls (workbench/store/rollup.py `TTFB`, `DURATION`); filled here
+        "\n".join(f"{spec.table_sql}\nINSERT INTO {spec.table} {spec.aggregate('calls')};"
+                  for spec in (rollup.TTFB, rollup.DURATION)),
+    ),
 ]
 
 

@@ -14,17 +14,23 @@ what they would have cost. Latency is over live calls (a replay answers from a f
 and 99th percentile of the time to first byte and of the duration, in milliseconds.
 
 A breakdown by model, provider, prompt or time that the daily rollup can answer (`rolled_up`: whole
-UTC days, call-level filters) takes its sums from it, the same integers; its latency percentiles are
-always exact, read from the calls (three columns: on ten million calls, half the breakdown's cost).
+UTC days, call-level filters) takes its sums from it, the same integers. By model, provider, prompt
+or month, its latency percentiles come from the monthly latency rollups (`rollup.TTFB`,
+`rollup.DURATION`), each within `rollup.LATENCY_ERROR` of the exact one, and its rows say so
+(`latency_approx`): ranking every call costs ~0.1 s per million calls and column, 4 s on ten
+million. Every other breakdown and filter reads exact percentiles from the calls.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import date, datetime, time, timedelta, timezone
 
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _q, _rq, rolled_up, scoped
+from workbench.store import rollup
+from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _frame, _q, _rq, _Sql, rolled_up, scoped
 from workbench.store.queries.spend import CALL_MONEY, unknown_when_unpriced
 
 OTHERS = "everything else"
@@ -58,7 +64,7 @@ def key_columns(by: str) -> tuple[str, ...]:
     if by in BUILT_IN:
         return BUILT_IN[by]
     key = by.removeprefix("tag:")
-    return (key if key not in (*SUMS, *LATENCY, "currency", "tag_value") else f"tag:{key}",)
+    return (key if key not in (*SUMS, *LATENCY, "latency_approx", "currency", "tag_value") else f"tag:{key}",)
 
 
 def tag_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -78,14 +84,18 @@ def _main_currency(con: duckdb.DuckDBPyConnection, f: Filters, rolled: bool) -> 
 def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, raw: bool = False) -> pl.DataFrame:
     """Spend and latency grouped by `by` (a name of `BUILT_IN`, else a tag key; `tag:KEY` forces a tag),
     most expensive first (time keys: in time order). Its sums from the daily rollup when it can
-    answer `f` and `by` (`rolled_up`), unless `raw`: the same figures."""
+    answer `f` and `by` (`rolled_up`), unless `raw`: the same figures; then, by model, provider,
+    prompt or month, its latency from the latency buckets (`latency_approx` true: each percentile
+    within `rollup.LATENCY_ERROR` of the exact one), else exact."""
     rolled = not raw and by in _ROLLED_KEYS and rolled_up(con, f)
     frame = _raw_spend_by(con, f, by, _main_currency(con, f, rolled), rolled)
+    bucketed = rolled and by in _BUCKETED_KEYS and latency_rolled_up(con, f)
     if "tag_value" in frame.columns:
         frame = frame.rename({"tag_value": key_columns(by)[0]})
     frame = frame.with_columns(
         *(pl.col("_ttfb").list.get(i, null_on_oob=True).round(1).alias(name) for i, name in enumerate(LATENCY[:3])),
         *(pl.col("_duration").list.get(i, null_on_oob=True).round(1).alias(name) for i, name in enumerate(LATENCY[3:])),
+        pl.lit(bucketed).alias("latency_approx"),
     ).drop("_ttfb", "_duration")
     frame = unknown_when_unpriced(frame)
     if by in TIME_KEYS:
@@ -120,10 +130,13 @@ def _raw_spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, main_curr
                    coalesce(c.currency, $main_currency) AS currency,
                    {', '.join(f'sum(c.{name})::BIGINT AS {name}' for name in SUMS)}
             FROM fc c GROUP BY ALL""", params)
-        percentiles = _q(con, f, f"""
-            SELECT {', '.join(f'{ckey} AS {name}' for (ckey, _), name in zip(_ROLLED_KEYS[by], names))},
-                   coalesce(c.currency, $main_currency) AS currency, {latency}
-            FROM fc c WHERE {_LIVE} GROUP BY ALL""", params)
+        if by in _BUCKETED_KEYS and latency_rolled_up(con, f):
+            percentiles = _bucketed_latency(con, f, by, params)
+        else:
+            percentiles = _q(con, f, f"""
+                SELECT {', '.join(f'{ckey} AS {name}' for (ckey, _), name in zip(_ROLLED_KEYS[by], names))},
+                       coalesce(c.currency, $main_currency) AS currency, {latency}
+                FROM fc c WHERE {_LIVE} GROUP BY ALL""", params)
         return sums.join(percentiles, on=[*names, "currency"], how="left", nulls_equal=True)
     if by in ("model", "provider", "prompt"):
         keys = {"model": f"c.provider AS provider, {_MODEL} AS model", "provider": "c.provider AS provider",
@@ -141,6 +154,87 @@ def _raw_spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, main_curr
                {CALL_MONEY},
                {latency}
         FROM fc c {join} GROUP BY ALL""", params)
+
+
+# the breakdowns the latency rollups have the keys of: (key on the calls, key on the rollup's rows), both `c`
+_BUCKETED_KEYS = {**{key: _ROLLED_KEYS[key] for key in ("model", "provider", "prompt")},
+                  "month": ((f"date_trunc('month', {_DAY})::DATE", "c.month"),)}
+
+
+def latency_rolled_up(con: duckdb.DuckDBPyConnection, f: Filters) -> bool:
+    """Whether the latency percentiles of the calls `f` selects can be read from the latency rollups
+    (`rollup.TTFB`, `rollup.DURATION`): what `rolled_up` asks, and rollups that count every stored call."""
+    return rolled_up(con, f) and scoped(con, f, "latency_whole", lambda: all(
+        rollup.whole(con, spec) for spec in (rollup.TTFB, rollup.DURATION)))
+
+
+def _full_months(f: Filters) -> tuple[date | None, date | None]:
+    """The first day of the first and of the last-plus-one whole UTC month within `f`'s dates (None:
+    unbounded); the days of `f` outside them are read from the calls."""
+    start = end = None
+    if f.date_from is not None:
+        day = f.date_from.astimezone(timezone.utc).date() if isinstance(f.date_from, datetime) else f.date_from
+        start = day if day.day == 1 else (day.replace(day=1) + timedelta(days=32)).replace(day=1)
+    if f.date_to is not None:
+        end = (date(f.date_to.year, f.date_to.month, f.date_to.day) + timedelta(days=1)).replace(day=1)
+    return start, end
+
+
+def _bucketed_latency(con: duckdb.DuckDBPyConnection, f: Filters, by: str, params: dict) -> pl.DataFrame:
+    """`spend_by`'s latency columns from the latency rollups: the whole months `f` selects read from
+    them, the days of partial months counted into the same buckets from the calls; each percentile
+    interpolated between the buckets of its two ranks as `quantile_cont` does between the latencies,
+    so it is within `rollup.LATENCY_ERROR` of the exact one."""
+    names = key_columns(by)
+    built = _Sql(replace(f, source="all", date_from=None, date_to=None))
+    rolled_preds, raw_preds = built._call_level(model="c.model"), built._call_level()
+    start, end = _full_months(f)
+    since = (f.date_from if isinstance(f.date_from, datetime) else datetime.combine(f.date_from, time(), timezone.utc)
+             ) if f.date_from is not None else None
+    until = datetime.combine(f.date_to + timedelta(days=1), time(), timezone.utc) if f.date_to is not None else None
+    if f.source == "replayed":  # replayed calls have no latency: the exact query finds none either
+        months, edges = ["false"], []
+    elif start is not None and end is not None and start >= end:  # no whole month: every day from the calls
+        months, edges = ["false"], [(since, until)]
+    else:
+        months = [*(["c.month >= $month_from"] if start else []), *(["c.month < $month_to"] if end else [])]
+        edges = [*([(since, _utc(start))] if start and since < _utc(start) else []),
+                 *([(_utc(end), until)] if end and _utc(end) < until else [])]
+    extra = {**built.params, **params, "month_from": start, "month_to": end}
+    for index, (low, high) in enumerate(edges):
+        extra[f"edge_from{index}"], extra[f"edge_to{index}"] = low, high
+    frames = []
+    for spec, moment, column in ((rollup.TTFB, "first_byte_at", "_ttfb"), (rollup.DURATION, "ended_at", "_duration")):
+        raw_keys = ", ".join(f"{ckey} AS {name}" for (ckey, _), name in zip(_BUCKETED_KEYS[by], names))
+        parts = [f"""SELECT {', '.join(f'{rkey} AS {name}' for (_, rkey), name in zip(_BUCKETED_KEYS[by], names))},
+                            c.currency, c.bucket, c.calls
+                     FROM {spec.table} c WHERE {' AND '.join(['c.bucket IS NOT NULL', *months, *rolled_preds])}"""]
+        parts += [f"""SELECT {raw_keys}, c.currency, {rollup.latency_bucket(moment)} AS bucket, count(*) AS calls
+                      FROM calls c WHERE {' AND '.join([
+                          f'c.started_at >= $edge_from{index}', f'c.started_at < $edge_to{index}',
+                          f'{_LIVE} AND c.{moment} IS NOT NULL', *raw_preds])} GROUP BY ALL"""
+                  for index in range(len(edges))]
+        keys = ", ".join([*names, "currency"])
+
+        def at(share: float, rank: str) -> str:
+            return rollup.bucket_ms(f"min(bucket) FILTER (WHERE upto > {rank}((total - 1) * {share}))")
+
+        percentiles = ", ".join(
+            f"{at(share, 'floor')} + ((any_value(total) - 1) * {share} - floor((any_value(total) - 1) * {share}))"
+            f" * ({at(share, 'ceil')} - {at(share, 'floor')})" for share in (0.5, 0.95, 0.99))
+        frames.append(_frame(con, f"""
+            WITH hist AS (
+                SELECT {', '.join(names)}, coalesce(currency, $main_currency) AS currency, bucket, sum(calls) AS n
+                FROM ({' UNION ALL '.join(parts)}) GROUP BY ALL),
+            ranked AS (
+                SELECT *, sum(n) OVER (PARTITION BY {keys} ORDER BY bucket) AS upto,
+                       sum(n) OVER (PARTITION BY {keys}) AS total FROM hist)
+            SELECT {keys}, [{percentiles}] AS {column} FROM ranked GROUP BY ALL""", extra))
+    return frames[0].join(frames[1], on=[*names, "currency"], how="full", coalesce=True, nulls_equal=True)
+
+
+def _utc(day: date) -> datetime:
+    return datetime.combine(day, time(), timezone.utc)
 
 
 def top_n(frame: pl.DataFrame, keys: tuple[str, ...], n: int) -> pl.DataFrame:
