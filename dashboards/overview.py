@@ -76,8 +76,8 @@ st.subheader(f"Spend by {by}")
 st.caption("Exact amounts: the rows add up to the Spend above, to the millionth of a cent. Latency (ms) is over "
            "live calls: median, 95th and 99th percentile of the time to first byte and of the duration; marked ≈ "
            f"where it is read from monthly latency buckets, each within {LATENCY_ERROR:.1%} of the exact percentile "
-           "(exact with a run name or tag filter, a start that is not a UTC midnight, or a breakdown by day, week, "
-           "run or tag).")
+           "(only past a million live calls, and exact with a run name or tag filter, a start that is not a UTC "
+           "midnight, or a breakdown by day, week, run or tag).")
 latency_table(data["breakdown"], f"breakdown_by_{by}")
 
 st.subheader("By model")

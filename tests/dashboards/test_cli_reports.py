@@ -16,6 +16,7 @@ import dashboard_store as fx
 from workbench.cli import app
 from workbench.errors import WorkbenchError
 from workbench.money import format_amount
+from workbench.store.queries import ledger
 
 CALLS = fx.call_rows()
 BY_ID = {c["call_id"]: c for c in CALLS}
@@ -106,9 +107,13 @@ def test_models_says_what_a_model_is_priced_at_and_from_where():
     assert rows["in-house-70b"]["priced_by"] == "unpriced"
 
 
-def test_the_report_says_when_its_latency_is_read_from_the_buckets(dashboard_db):
-    """By model, the percentiles come from the latency buckets and the header says so; by run, from the
+def test_the_report_says_when_its_latency_is_read_from_the_buckets(dashboard_db, monkeypatch):
+    """A small store's percentiles are exact, unmarked. On a store of more live calls than are ranked
+    exactly, by model they come from the latency buckets and the header says so; by run, from the
     calls, exact, and the header has no such mark; JSON carries the flag on every row."""
+    small = workbench(dashboard_db, "report", "cost", "--by", "model", "--format", "json")
+    assert small.exit_code == 0 and not any(row["latency_approx"] for row in json.loads(small.stdout))
+    monkeypatch.setattr(ledger, "EXACT_LATENCY_UP_TO", 0)
     bucketed, exact = (workbench(dashboard_db, "report", "cost", "--by", by) for by in ("model", "run"))
     assert bucketed.exit_code == exact.exit_code == 0, bucketed.output + exact.output
     assert "within 1.0% of the exact one" in bucketed.stdout and "≈" not in exact.stdout

@@ -15,10 +15,11 @@ and 99th percentile of the time to first byte and of the duration, in millisecon
 
 A breakdown by model, provider, prompt or time that the daily rollup can answer (`rolled_up`: whole
 UTC days, call-level filters) takes its sums from it, the same integers. By model, provider, prompt
-or month, its latency percentiles come from the monthly latency rollups (`rollup.TTFB`,
-`rollup.DURATION`), each within `rollup.LATENCY_ERROR` of the exact one, and its rows say so
-(`latency_approx`): ranking every call costs ~0.1 s per million calls and column, 4 s on ten
-million. Every other breakdown and filter reads exact percentiles from the calls.
+or month, on a store of more than `EXACT_LATENCY_UP_TO` live calls, its latency percentiles come
+from the monthly latency rollups (`rollup.TTFB`, `rollup.DURATION`), each within
+`rollup.LATENCY_ERROR` of the exact one, and its rows say so (`latency_approx`): ranking every call
+costs ~0.1 s per million calls and column, 4 s on ten million. Every other breakdown, filter and
+smaller store reads exact percentiles from the calls.
 """
 
 from __future__ import annotations
@@ -85,8 +86,8 @@ def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, raw: bool = Fa
     """Spend and latency grouped by `by` (a name of `BUILT_IN`, else a tag key; `tag:KEY` forces a tag),
     most expensive first (time keys: in time order). Its sums from the daily rollup when it can
     answer `f` and `by` (`rolled_up`), unless `raw`: the same figures; then, by model, provider,
-    prompt or month, its latency from the latency buckets (`latency_approx` true: each percentile
-    within `rollup.LATENCY_ERROR` of the exact one), else exact."""
+    prompt or month on a large store (`latency_rolled_up`), its latency from the latency buckets
+    (`latency_approx` true: each percentile within `rollup.LATENCY_ERROR` of the exact one), else exact."""
     rolled = not raw and by in _ROLLED_KEYS and rolled_up(con, f)
     frame = _raw_spend_by(con, f, by, _main_currency(con, f, rolled), rolled)
     bucketed = rolled and by in _BUCKETED_KEYS and latency_rolled_up(con, f)
@@ -162,10 +163,22 @@ _BUCKETED_KEYS = {**{key: _ROLLED_KEYS[key] for key in ("model", "provider", "pr
 
 
 def latency_rolled_up(con: duckdb.DuckDBPyConnection, f: Filters) -> bool:
-    """Whether the latency percentiles of the calls `f` selects can be read from the latency rollups
-    (`rollup.TTFB`, `rollup.DURATION`): what `rolled_up` asks, and rollups that count every stored call."""
-    return rolled_up(con, f) and scoped(con, f, "latency_whole", lambda: all(
-        rollup.whole(con, spec) for spec in (rollup.TTFB, rollup.DURATION)))
+    """Whether the latency percentiles of the calls `f` selects are read from the latency rollups
+    (`rollup.TTFB`, `rollup.DURATION`): what `rolled_up` asks, rollups that count every stored call,
+    and a store of more than `EXACT_LATENCY_UP_TO` live calls (fewer are ranked exactly, fast)."""
+    return rolled_up(con, f) and scoped(con, f, "latency_bucketed", lambda: _too_many_to_rank(con))
+
+
+# up to this many live calls in the store, ranking them is fast (~0.1 s a million, per column), so the
+# percentiles are exact; past it, they are read from the latency buckets
+EXACT_LATENCY_UP_TO = 1_000_000
+
+
+def _too_many_to_rank(con: duckdb.DuckDBPyConnection) -> bool:
+    if not all(rollup.whole(con, spec) for spec in (rollup.TTFB, rollup.DURATION)):
+        return False
+    live = con.execute(f"SELECT coalesce(sum(calls), 0) FROM {rollup.DURATION.table} WHERE bucket IS NOT NULL")
+    return live.fetchall()[0][0] > EXACT_LATENCY_UP_TO
 
 
 def _full_months(f: Filters) -> tuple[date | None, date | None]:
