@@ -48,7 +48,9 @@ def test_a_full_disk_while_the_store_is_created_leaves_no_half_store(tmp_path, m
 def test_a_store_on_a_full_disk_loses_nothing_and_resumes_when_space_returns(tmp_path, mount_namespace, fake_url):
     (tmp_path / "app.py").write_text(APP)
     script = f"""
-    mkdir -p disk spool && mount -t tmpfs -o size=8m tmpfs disk
+    # room for the store to checkpoint once space returns (a store of every table, rollups included,
+    # and its checkpoint's new blocks, is about 8 MB): the copy below is of the file, without its WAL
+    mkdir -p disk spool && mount -t tmpfs -o size=16m tmpfs disk
     export WORKBENCH_DB=$PWD/disk/wb.duckdb WORKBENCH_SPOOL_DIR=$PWD/spool
     $PY app.py {fake_url} 20                      # a store with 20 calls
     head -c $(( $(df --output=avail -B1 disk | tail -1) )) /dev/zero > disk/filler 2>/dev/null || true
