@@ -2,13 +2,16 @@
 key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUNS`, table
 `call_run_rollup`: the runs' own sums, first and last moments, for what the pages aggregate by
 run), and the live calls' latencies counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`:
-the Overview's percentiles, within `LATENCY_ERROR`). The pages read their figures from them (a few rows per day, or per run) instead of scanning
+the Overview's percentiles, within `LATENCY_ERROR`); the judged cache writes and those a later hit
+read (`WRITES`, `READS`: the prompt cache page's write fates) and each compaction's later calls
+(`REACH`: the compaction page's saved tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
 every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
 answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
 or a rollup does not count every stored call.
 
 They never disagree with the calls: every write of calls (`ingest.write_frame`: ingest, `store
-copy`, the lake) folds its *new* calls into both in the same transaction, and the migrations that
+copy`, the lake) folds its *new* calls into them in the same transaction (a write of cache reads
+or of compactions, theirs), and the migrations that
 made them filled them from the calls already stored. Calls are never updated nor deleted; a
 migration that changes stored calls must rebuild them (`rebuild`), and one that changes a rollup's
 keys or measures must alter its table and rebuild it."""
