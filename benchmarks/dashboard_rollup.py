@@ -5,7 +5,7 @@ other. "Before" runs the code of another source tree (e.g. `git archive main`) o
 the store (an older schema cannot open a migrated store); "after" runs this tree.
 
     python benchmarks/dashboard_rollup.py --before-src DIR --before-db STORE --db STORE [--repeats N]
-        [--label TEXT] [--no-write]
+        [--label TEXT] [--no-write] [--pages PAGE ...]
 
 Build the stores with `dashboard_queries.py --generate-only` (an older tree's generator makes the
 "before" store; a copy of it opened once by this tree is migrated, and the migration fills the rollup).
@@ -72,12 +72,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--label", default="")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--pages", nargs="+", choices=PAGES, default=list(PAGES), help="only these pages")
     args = parser.parse_args()
     rows, loads = [], []
     for scenario, f in SCENARIOS.items():
         filters = {k: (v.isoformat() if hasattr(v, "isoformat") else list(v) if isinstance(v, tuple) else v)
                    for k, v in asdict(f).items()}
-        for page in PAGES:
+        for page in args.pages:
             if page == "(sidebar options)" and scenario != "no filter":
                 continue
             before = _time(args.before_src, args.before_db, page, filters, args.repeats)
@@ -92,7 +93,8 @@ def main() -> None:
     lines = ["", f"## Dashboard queries before and after the daily rollup{' — ' + args.label if args.label else ''} "
              f"({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"`python benchmarks/dashboard_rollup.py --before-src {args.before_src} --before-db {args.before_db} "
-             f"--db {args.db} --repeats {args.repeats}`: per page, a fresh process per side, one warm-up, the "
+             f"--db {args.db} --repeats {args.repeats}"
+             + (f" --pages {' '.join(repr(page) for page in args.pages)}" if args.pages != list(PAGES) else "") + "`: per page, a fresh process per side, one warm-up, the "
              f"median of {args.repeats}. Load average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f} on "
              f"{os.cpu_count()} cores: compare CPU times and the same-run ratio, not wall times.", "",
              "| filters | page | before CPU ms | after CPU ms | after / before | before wall ms | after wall ms |",

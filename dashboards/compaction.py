@@ -9,8 +9,8 @@ import streamlit as st
 import _common as ui
 
 filters = ui.page_header("Compaction", "Context compactions (the runtime's agent.compact events and apps' own).")
-data = ui.load_page("compaction", filters)
-totals = data["totals"].row(0, named=True)
+# the headline first: its figures paint while the tables below are still being read
+totals = ui.load("compaction_totals", filters).row(0, named=True)
 
 if not totals["events"]:
     st.info("No compactions match the filters. Agents built with `workbench.Agent(...)` compact automatically near "
@@ -25,6 +25,7 @@ cols[2].metric("Tokens before → after", f"{ui.compact(totals['tokens_before'])
 cols[3].metric("Turns summarised / kept", f"{totals['summarised_turns']:,} / {totals['kept_turns']:,}")
 cols[4].metric("Summary cost", ui.money(totals["cost_micros"], "USD", totals["unpriced"]))
 
+data = ui.load("compaction_tables", filters)
 st.subheader("Reported and inferred")
 st.caption("Reported: the agent said so (an agent.compact event); inferred: the traffic shows it (a run's history "
            "shrank and a summary took the place of earlier turns), for agents that report nothing. A reported one the "

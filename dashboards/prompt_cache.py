@@ -16,7 +16,8 @@ filters = ui.page_header(
     "settled calls that read anything / settled calls. Net savings = reads × (input − read price) − writes × "
     "(write − input price), at each call's recorded prices.",
 )
-data = ui.load_page("prompt_cache", filters)
+# the headline first: its figures paint while the tables below are still being read
+data = ui.load("cache_headline", filters)
 totals = data["totals"].row(0, named=True)
 currency = totals["currency"] or "USD"
 input_all = totals["input_tokens"] + totals["cache_read_tokens"] + totals["cache_write_tokens"]
@@ -53,6 +54,7 @@ if not by.is_empty():
 ui.table(by, "cache_by_prompt_model", money_columns=(),
          exact_columns=("net_savings_micros", "read_savings_micros", "write_premium_micros"))
 
+data = ui.load("cache_tables", filters)
 st.subheader("Unstable prefixes")
 unstable = data["unstable"]
 count = unstable["total_runs"][0] if not unstable.is_empty() else 0

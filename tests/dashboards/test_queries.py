@@ -240,6 +240,21 @@ def test_the_overview_headline_and_tables_are_the_whole_page(dashboard_db):
     assert parts["calls"]["calls"][0] == len(CALLS)
 
 
+@pytest.mark.parametrize("page, headline, tables", [
+    ("prompt_cache", "cache_headline", "cache_tables"), ("compaction", "compaction_totals", "compaction_tables")])
+def test_the_cache_and_compaction_headlines_and_tables_are_the_whole_page(dashboard_db, page, headline, tables):
+    """Each page paints its headline figures from one read before its tables are read: together
+    they are exactly what the page reads in one."""
+    whole = read(dashboard_db, lambda con: q.PAGES[page](con, q.Filters()))
+    first = read(dashboard_db, lambda con: getattr(q, headline)(con, q.Filters()))
+    parts = {**(first if isinstance(first, dict) else {"totals": first}),
+             **read(dashboard_db, lambda con: getattr(q, tables)(con, q.Filters()))}
+    assert set(parts) == set(whole) and "totals" in whole
+    for name, frame in whole.items():
+        assert parts[name].equals(frame), name
+    assert whole["totals"].height == 1
+
+
 def test_transcript_reads_tool_calls_and_results(dashboard_db):
     import sys
 

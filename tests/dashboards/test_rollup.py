@@ -10,7 +10,7 @@ import contextlib
 import json
 import shutil
 import tempfile
-from datetime import date, datetime, time, timezone
+from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
 from unittest import mock
 
@@ -64,7 +64,7 @@ def _same_spend(rolled: pl.DataFrame, raw: pl.DataFrame, bucketed: bool) -> None
 
 def _rollup_rows(con: duckdb.DuckDBPyConnection, source: str, spec: rollup.Rollup = rollup.DAILY) -> pl.DataFrame:
     """A rollup as stored (`stored`), or as it would be made now from the calls (`calls`)."""
-    rows = spec.aggregate("calls") if source == "calls" else f"SELECT * FROM {spec.table}"
+    rows = spec.aggregate(spec.source) if source == "calls" else f"SELECT * FROM {spec.table}"
     return _sorted(con.sql(rows).pl())
 
 
@@ -98,16 +98,29 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
         for scoped in (False, True):  # alone, and inside a page's scope (its run sets in temp tables)
             with scope(con, f) if scoped else contextlib.nullcontext():
                 _same(q.unstable_prefix_runs(con, f), q.unstable_prefix_runs(con, f, raw=True))
+                _same(q.compaction_sources(con, f), q.compaction_sources(con, f, raw=True))
+                for now in NOWS:  # before, among and after the writes' lives
+                    _same(q.write_waste(con, f, now=now), q.write_waste(con, f, raw=True, now=now))
                 assert q.outside_runs_spend(con, f) == q.outside_runs_spend(con, f, raw=True)
                 _same(q.failure_totals(con, f), q.failure_totals(con, f, raw=True))
 
 
+NOWS = (datetime(2024, 4, 1, tzinfo=timezone.utc), datetime(2024, 5, 20, tzinfo=timezone.utc),
+        datetime(2030, 1, 1, tzinfo=timezone.utc))
+
+
 def _insight(calls: list[dict], draw) -> list[dict]:
-    """What insight writes on a call (a verdict, what a miss lost), and now and then an unknown token count."""
+    """What insight writes on a call (a verdict, what a miss lost, what a write cost and when its
+    life ends), and now and then an unknown token count."""
     for call in calls:
         verdict = draw(st.sampled_from(VERDICTS)) if call["settled"] else None
         call["cache_verdict"] = verdict
         call["cache_miss_micros"] = draw(st.sampled_from([None, 0, 1234, 99])) if verdict not in (None, "hit") else None
+        if call["cache_write_tokens"]:
+            call["cache_write_micros"] = draw(st.sampled_from([None, 375, 1_000_001]))
+            life = draw(st.sampled_from([None, timedelta(minutes=5), timedelta(days=30)]))
+            call["cache_expires_at"] = (None if life is None
+                                        else (datetime.fromisoformat(call["started_at"]) + life).isoformat())
         if draw(st.integers(0, 9)) == 0:
             call[draw(st.sampled_from(["input_tokens", "cache_read_tokens", "output_tokens"]))] = None
     return calls
@@ -159,13 +172,30 @@ def test_every_rollup_figure_is_the_raw_one(blank_store, store, data, filters, t
                                        "provider": s.provider, "spec": s.model_dump_json()} for s in specs.values()])
             write_rows(con, "run", fx.run_rows(fx.call_rows(calls), runs))
             write_rows(con, "run_tag", [{"run_id": r[0], "key": k, "value": v} for r in runs for k, v in r[6].items()])
-        for index, batch in enumerate(batches):
+        # compactions before, between and after the calls of their runs; some reported again, replaced
+        compaction_rows = [{"compaction_id": cid, "run_id": run, "occurred_at": fx._at(m).isoformat(),
+                            "outcome": outcome, "tokens_before": before, "tokens_after": after, "cost_micros": cost,
+                            "source": data.draw(st.sampled_from([None, "reported", "inferred"]))}
+                           for cid, run, m, outcome, before, after, _, _, cost in compactions]
+        at = [data.draw(st.integers(0, len(batches))) for _ in compaction_rows]
+        written: list[dict] = []
+        for index, batch in enumerate([*batches, []]):
+            with open_store(db) as con:
+                for row, where in zip(compaction_rows, at):
+                    if where == index or (where < index and data.draw(st.integers(0, 3)) == 0):
+                        write_rows(con, "compaction", [{**row, "outcome": data.draw(st.sampled_from(["ok", "error"]))}])
+                # reads of writes already stored (insight names only those), some read again
+                read = data.draw(st.lists(st.sampled_from(written), max_size=3)) if written else []
+                write_rows(con, "cache_read", [{"call_id": call["call_id"], "read_by": "later"} for call in read])
+            if not batch:
+                continue
             if index % 2:
                 with open_store(db) as con:
                     write_rows(con, "call", batch)
             else:  # the ingest's own path: a spool file, read from the offset it reached
                 _spool(spool, "0000000a", batch)
                 ingest_spools(db, spool)
+            written += batch
         _spool(spool, "0000000b", again)
         ingest_spools(db, spool)
         q.read(db, None, lambda con: check_rollup(con, filters))
@@ -190,7 +220,9 @@ def test_the_migration_fills_the_rollup_from_the_calls_stored(tmp_path):
         migrate(con)
         for spec in rollup.ROLLUPS:
             assert_frame_equal(_rollup_rows(con, "stored", spec), _rollup_rows(con, "calls", spec))
-            assert con.sql(f"SELECT sum(calls) FROM {spec.table}").fetchall()[0][0] == len(fx.CALLS)
+            assert rollup.whole(con, spec)
+            if spec.of == "calls":
+                assert con.sql(f"SELECT sum(calls) FROM {spec.table}").fetchall()[0][0] == len(fx.CALLS)
     finally:
         con.close()
 

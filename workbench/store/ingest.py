@@ -334,6 +334,8 @@ def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, 
     # on an error the transaction is aborted (no unregister possible then); the next register replaces the view
     if kind == "call":  # the daily rollup takes the new calls in this same transaction
         rollup.add_calls(con, "_batch", only_new=on_lake or not known_new, append=on_lake)
+    elif kind == "cache_read":  # and the reads, with their writers' keys (stored just before)
+        rollup.add_reads(con, "_batch", append=on_lake)
     if on_lake:
         same = " AND ".join(f"{table}.{name} = b.{name}" for name in key)
         if replace:
@@ -345,6 +347,8 @@ def write_frame(con: duckdb.DuckDBPyConnection, kind: str, frame: pl.DataFrame, 
     else:
         verb = "INSERT OR REPLACE INTO" if replace else ("INSERT INTO" if known_new else "INSERT OR IGNORE INTO")
         con.execute(f"{verb} {table} BY NAME SELECT * FROM _batch")
+    if kind == "compaction":  # their runs' saved tokens, counted again with them
+        rollup.recount_compactions(con, "_batch")
     con.unregister("_batch")
     return frame.height
 

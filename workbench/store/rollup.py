@@ -2,13 +2,16 @@
 key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUNS`, table
 `call_run_rollup`: the runs' own sums, first and last moments, for what the pages aggregate by
 run), and the live calls' latencies counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`:
-the Overview's percentiles, within `LATENCY_ERROR`). The pages read their figures from them (a few rows per day, or per run) instead of scanning
+the Overview's percentiles, within `LATENCY_ERROR`); the judged cache writes and those a later hit
+read (`WRITES`, `READS`: the prompt cache page's write fates) and each compaction's later calls
+(`REACH`: the compaction page's saved tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
 every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
 answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
 or a rollup does not count every stored call.
 
 They never disagree with the calls: every write of calls (`ingest.write_frame`: ingest, `store
-copy`, the lake) folds its *new* calls into both in the same transaction, and the migrations that
+copy`, the lake) folds its *new* calls into them in the same transaction (a write of cache reads
+or of compactions, theirs), and the migrations that
 made them filled them from the calls already stored. Calls are never updated nor deleted; a
 migration that changes stored calls must rebuild them (`rebuild`), and one that changes a rollup's
 keys or measures must alter its table and rebuild it."""
@@ -34,6 +37,13 @@ class Rollup:
     keys: tuple[tuple[str, str, str], ...]
     measures: tuple[tuple[str, str, str], ...]
     merged_on: tuple[str, ...]
+    # the table whose rows it counts (`calls`: its `calls` measure counts them) and folds as they are written
+    of: str = "calls"
+
+    @property
+    def source(self) -> str:
+        """The stored rows it sums, as calls `c` (`rebuild`)."""
+        return "calls" if self.of == "calls" else _OF[self.of]("cache_reads")
 
     @property
     def table_sql(self) -> str:
@@ -154,7 +164,77 @@ def _latency(table: str, moment: str) -> Rollup:
 
 TTFB = _latency("ttfb_rollup", "first_byte_at")
 DURATION = _latency("duration_rollup", "ended_at")
-ROLLUPS = (DAILY, RUNS, TTFB, DURATION)
+
+# The prompt cache page's cache writes by fate (`queries.insight.write_waste`): the judged writes
+# (`WRITES`, from the calls) and those a later hit read (`READS`: a `cache_reads` row each, counted
+# with its writer's keys when the read is written), per UTC day, filter value, currency and whether
+# the write has an end of life. Only a write that is unread and whose life has not ended yet (or
+# ended since: the page reads the calls that are still alive) is told apart when the page is read.
+JUDGED_WRITE = "c.settled AND c.cache_write_tokens > 0 AND c.cache_verdict IS NOT NULL"
+_WRITE_KEYS = (("day_n", "INTEGER", _DAY), *_DIMENSIONS, ("currency", "VARCHAR", "c.currency"),
+               ("replayed", "BOOLEAN", "coalesce(c.replayed, false)"),
+               ("expiring", "BOOLEAN", "c.cache_expires_at IS NOT NULL"))
+_WRITE_MEASURES = (
+    ("calls", "count(*)", "sum"),
+    ("writes", f"count(*) FILTER (WHERE {JUDGED_WRITE})", "sum"),
+    ("write_tokens", f"coalesce(sum(c.cache_write_tokens) FILTER (WHERE {JUDGED_WRITE}), 0)", "sum"),
+    ("write_micros", f"coalesce(sum(c.cache_write_micros) FILTER (WHERE {JUDGED_WRITE}), 0)", "sum"),
+)
+WRITES = Rollup("cache_write_rollup", _WRITE_KEYS, _WRITE_MEASURES, ("day_n",))
+READS = Rollup("cache_read_rollup", _WRITE_KEYS, _WRITE_MEASURES, ("day_n",), of="cache_reads")
+
+# The compaction page's saved tokens (`queries.insight.compaction_sources`): per compaction, the
+# settled calls of its run from it to the run's next compaction (an `ok` or inferred one; those
+# are `marked`). A write of calls adds its calls to the compaction before each (`add_calls`); a
+# write of compactions counts their runs' compactions again (`recount_compactions`).
+_MARKED = "(x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred')"
+
+
+def marked(where: str) -> str:
+    """The compactions of whole runs `where` picks, each with the moment of its run's next one of its kind."""
+    return (f"SELECT x.compaction_id, x.run_id, x.occurred_at, {_MARKED} AS marked, lead(x.occurred_at) OVER ("
+            f"PARTITION BY x.run_id, {_MARKED} ORDER BY x.occurred_at, x.compaction_id) AS next_at "
+            f"FROM compactions x WHERE {where}")
+
+
+LATER = ("m.marked AND c.settled AND c.run_id = m.run_id AND c.started_at >= m.occurred_at "
+          "AND (m.next_at IS NULL OR c.started_at < m.next_at)")
+
+
+def _reach(where: str = "true") -> str:
+    """Every compaction `where` picks (of whole runs), once per later call of its run (`counted`)."""
+    return (f"(SELECT m.compaction_id, m.run_id, true AS counted, c.run_id AS call_run FROM ({marked(where)}) m "
+            f"LEFT JOIN calls c ON {LATER})")
+
+
+REACH = Rollup(
+    "compaction_reach",
+    (("compaction_id", "VARCHAR", "c.compaction_id"), ("run_id", "VARCHAR", "c.run_id")),
+    (("compactions", "count(DISTINCT c.compaction_id) FILTER (WHERE c.counted)", "sum"),
+     ("later_calls", "count(c.call_run)", "sum")),
+    ("compaction_id",), of="compactions",
+)
+# what a rollup of reads or compactions sums, as calls `c` (a read whose writer is not stored counts with null keys)
+_OF = {"cache_reads": lambda reads: f"(SELECT c.* FROM {reads} r LEFT JOIN calls c ON c.call_id = r.call_id)",
+       "compactions": lambda _: _reach()}
+ROLLUPS = (DAILY, RUNS, TTFB, DURATION, WRITES, READS, REACH)
+
+
+def recount_compactions(con: duckdb.DuckDBPyConnection, batch: str) -> None:
+    """The compactions of the runs of the registered relation `batch` (rows of `compactions`, just
+    written: new, replacing or replaced) counted again from the stored calls, in the caller's transaction."""
+    runs = "(SELECT run_id FROM {0} WHERE run_id IS NOT NULL)"
+    where = (f"x.run_id IN {runs.format(batch)} OR x.compaction_id IN (SELECT compaction_id FROM {batch})")
+    con.execute(f"DELETE FROM {REACH.table} WHERE run_id IN {runs.format(batch)} "
+                f"OR compaction_id IN (SELECT compaction_id FROM {batch})")
+    con.execute(f"INSERT INTO {REACH.table} BY NAME {REACH.aggregate(_reach(where))}")
+
+
+def _calls_reach(source: str) -> str:
+    """The new settled calls of `source` (calls `c`), once each with the compaction before it in its run."""
+    runs = f"(SELECT run_id FROM {source} c WHERE c.settled AND c.run_id IS NOT NULL)"
+    return (f"(SELECT m.compaction_id, m.run_id, false AS counted, c.run_id AS call_run "
+            f"FROM ({marked(f'x.run_id IN {runs}')}) m JOIN {source} c ON {LATER})")
 
 
 def aggregate(source: str) -> str:
@@ -165,7 +245,7 @@ def aggregate(source: str) -> str:
 def rebuild(con: duckdb.DuckDBPyConnection) -> None:
     """Every rollup made again from the stored calls."""
     for spec in ROLLUPS:
-        con.execute(f"DELETE FROM {spec.table}; INSERT INTO {spec.table} {spec.aggregate('calls')};")
+        con.execute(f"DELETE FROM {spec.table}; INSERT INTO {spec.table} {spec.aggregate(spec.source)};")
 
 
 def add_calls(con: duckdb.DuckDBPyConnection, batch: str, only_new: bool, append: bool = False) -> None:
@@ -182,21 +262,39 @@ def add_calls(con: duckdb.DuckDBPyConnection, batch: str, only_new: bool, append
     source = f"(SELECT * REPLACE ({times}) FROM {batch} b" + (
         " WHERE NOT EXISTS (SELECT 1 FROM calls s WHERE s.call_id = b.call_id))" if only_new else ")")
     for spec in ROLLUPS:
-        if append:
-            con.execute(f"INSERT INTO {spec.table} BY NAME {spec.aggregate(source)}")
-            continue
-        same = " AND ".join(f"d.{key} IS NOT DISTINCT FROM r.{key}" for key in spec.merged_on)
-        # a temporary table, not an Arrow table: pyarrow's import would cost an ingester ~0.5 s
-        con.execute(f"""CREATE OR REPLACE TEMPORARY TABLE _wb_rollup AS
-            WITH delta AS ({spec.aggregate(source)})
-            {spec.merged(f"SELECT * FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM delta d WHERE {same}) "
-                         "UNION ALL BY NAME SELECT * FROM delta")}""")
-        con.execute(f"DELETE FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM _wb_rollup d WHERE {same})")
-        con.execute(f"INSERT INTO {spec.table} BY NAME SELECT * FROM _wb_rollup")
-        con.execute("DROP TABLE _wb_rollup")
+        if spec.of == "calls":
+            _fold(con, spec, source, append)
+    _fold(con, REACH, _calls_reach(source), append)
+
+
+def add_reads(con: duckdb.DuckDBPyConnection, batch: str, append: bool = False) -> None:
+    """Fold the cache reads of the registered relation `batch` (rows of `cache_reads`) into the
+    rollups of reads, inside the caller's transaction, after the batch's calls and before the
+    reads are inserted: those already stored are left out (the insert ignores them)."""
+    new = f"(SELECT * FROM {batch} b WHERE NOT EXISTS (SELECT 1 FROM cache_reads s WHERE s.call_id = b.call_id))"
+    for spec in ROLLUPS:
+        if spec.of == "cache_reads":
+            _fold(con, spec, _OF[spec.of](new), append)
+
+
+def _fold(con: duckdb.DuckDBPyConnection, spec: Rollup, source: str, append: bool) -> None:
+    """The rollup rows of `source` added to `spec`'s table (see `add_calls`)."""
+    if append:
+        con.execute(f"INSERT INTO {spec.table} BY NAME {spec.aggregate(source)}")
+        return
+    same = " AND ".join(f"d.{key} IS NOT DISTINCT FROM r.{key}" for key in spec.merged_on)
+    # a temporary table, not an Arrow table: pyarrow's import would cost an ingester ~0.5 s
+    con.execute(f"""CREATE OR REPLACE TEMPORARY TABLE _wb_rollup AS
+        WITH delta AS ({spec.aggregate(source)})
+        {spec.merged(f"SELECT * FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM delta d WHERE {same}) "
+                     "UNION ALL BY NAME SELECT * FROM delta")}""")
+    con.execute(f"DELETE FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM _wb_rollup d WHERE {same})")
+    con.execute(f"INSERT INTO {spec.table} BY NAME SELECT * FROM _wb_rollup")
+    con.execute("DROP TABLE _wb_rollup")
 
 
 def whole(con: duckdb.DuckDBPyConnection, spec: Rollup = DAILY) -> bool:
-    """Whether a rollup counts every stored call (a store written around `ingest` would not)."""
-    return con.execute(f"SELECT (SELECT count(*) FROM calls) = (SELECT coalesce(sum(calls), 0) FROM {spec.table})"
+    """Whether a rollup counts every stored call, or read (a store written around `ingest` would not)."""
+    counted = spec.measures[0][0]  # what counts the rows of `spec.of`
+    return con.execute(f"SELECT (SELECT count(*) FROM {spec.of}) = (SELECT coalesce(sum({counted}), 0) FROM {spec.table})"
                        ).fetchall()[0][0]

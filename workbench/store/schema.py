@@ -304,6 +304,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         "\n".join(f"{spec.table_sql}\nINSERT INTO {spec.table} {spec.aggregate('calls')};"
                   for spec in (rollup.TTFB, rollup.DURATION)),
     ),
+    (
+        "0015_dash13_cache_write_and_compaction_rollups",
+        # the judged cache writes, and those a later hit read, per UTC day, filter value and
+        # currency (the prompt cache page's write fates), and each compaction's later calls (the
+        # compaction page's saved tokens), kept with every write of calls, cache reads and
+        # compactions (workbench/store/rollup.py `WRITES`, `READS`, `REACH`); filled here from what is stored
+        "\n".join(f"{spec.table_sql}\nINSERT INTO {spec.table} {spec.aggregate(spec.source)};"
+                  for spec in (rollup.WRITES, rollup.READS, rollup.REACH)),
+    ),
 ]
 
 

@@ -68,18 +68,36 @@ def overview_tables(con: duckdb.DuckDBPyConnection, f: Filters, by: str = "model
 
 
 def cache_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    """The Prompt cache page's data: its headline (`cache_headline`) and its tables (`cache_tables`)."""
+    with scope(con, f):
+        return {**cache_headline(con, f), **cache_tables(con, f)}
+
+
+def cache_headline(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    """The cache use and savings (`totals`) and their groups by prompt and model: what the page
+    shows first, read apart from its tables so its figures paint before the tables are read."""
     with scope(con, f):
         groups = cache_savings(con, f, ("prompt_id", "prompt_version", "model"))
-        return {"totals": cache_totals(groups), "by_prompt_model": groups, "unstable": unstable_prefix_runs(con, f),
-                "response_cache": response_cache_hits(con, f),
+        return {"totals": cache_totals(groups), "by_prompt_model": groups}
+
+
+def cache_tables(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    with scope(con, f):
+        return {"unstable": unstable_prefix_runs(con, f), "response_cache": response_cache_hits(con, f),
                 "why": miss_reasons(con, f), "changing": changing_regions(con, f), "waste": write_waste(con, f)}
 
 
 def compaction_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    """The Compaction page's data: its headline (`compaction_totals`) and its tables (`compaction_tables`)."""
     with scope(con, f):
-        return {"totals": compaction_totals(con, f), "by_day": compactions_by_day(con, f),
-                "failed": compaction_events(con, f, failed_only=True), "top_runs": compaction_top_runs(con, f),
-                "events": compaction_events(con, f), "sources": compaction_sources(con, f)}
+        return {"totals": compaction_totals(con, f), **compaction_tables(con, f)}
+
+
+def compaction_tables(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    with scope(con, f):
+        return {"by_day": compactions_by_day(con, f), "failed": compaction_events(con, f, failed_only=True),
+                "top_runs": compaction_top_runs(con, f), "events": compaction_events(con, f),
+                "sources": compaction_sources(con, f)}
 
 
 def failures_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
@@ -113,7 +131,8 @@ PAGES: dict[str, Callable[..., dict[str, pl.DataFrame]]] = {
 
 
 __all__ = [
-    "BUILT_IN", "Filters", "LATENCY", "OTHERS", "PAGES", "StoreMissing", "TIME_KEYS", "cache_savings", "cache_totals", "call_totals",
+    "BUILT_IN", "Filters", "LATENCY", "OTHERS", "PAGES", "StoreMissing", "TIME_KEYS", "cache_headline", "cache_savings",
+    "cache_tables", "cache_totals", "call_totals", "compaction_tables",
     "call_verdicts", "changing_regions", "compaction_events", "compaction_sources", "miss_reasons", "run_turn_events",
     "write_waste", "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "day_totals",
     "eval_cases", "eval_matrices", "eval_matrix", "eval_matrix_case", "eval_matrix_case_ids",

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import Filters, _MODEL, _frame, _q, _rq, rolled_up
+from workbench.store import rollup
+from workbench.store.queries._base import Filters, _MODEL, _Sql, _frame, _q, _rq, rolled_up, scoped
 
 # -- read while a batch is judged (workbench/insight/ingest.py) -----------------------------------
 
@@ -131,17 +132,49 @@ def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20
         ORDER BY g.lost_micros DESC, g.calls DESC""", {"limit": limit})
 
 
-def write_waste(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
-    """Cache writes by fate: `read` (a later hit read it), `wasted` (its life ended unread), `alive`
-    (unread, still in its life). Tokens and what the writes cost, per currency."""
-    return _q(con, f, """
+def write_waste(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False,
+                now: datetime | None = None) -> pl.DataFrame:
+    """Cache writes by fate: `read` (a later hit read it), `wasted` (its life ended unread before
+    `now`), `alive` (unread, still in its life, or with no end of life recorded). Tokens and what
+    the writes cost, per currency. From the rollups of writes and reads (`rollup.WRITES`, `READS`)
+    when they can answer `f` (as `rolled_up`), unless `raw`: the same figures. Only the writes
+    still alive at `now` are read from the calls (those of the last day, at most, on a live store)."""
+    now = now or datetime.now(timezone.utc)
+    if not raw and rolled_up(con, f) and scoped(con, f, "writes_whole", lambda: all(
+            rollup.whole(con, spec) for spec in (rollup.WRITES, rollup.READS))):
+        built = _Sql(f)
+        preds = " AND ".join(built._days() + built._call_level(model="c.model")) or "true"
+        sums = "c.currency, c.expiring, c.writes, c.write_tokens, c.write_micros"
+        return _q(con, f, f"""
+            , measured AS (
+                SELECT {sums}, 1 AS sign FROM cache_write_rollup c WHERE {preds}
+                UNION ALL SELECT {sums}, -1 AS sign FROM cache_read_rollup c WHERE {preds}),
+            unread AS (
+                SELECT currency, expiring, sum(sign * writes) AS writes, sum(sign * write_tokens) AS write_tokens,
+                       sum(sign * write_micros) AS write_micros FROM measured GROUP BY ALL),
+            still AS (  -- unread writes whose life has not ended
+                SELECT c.currency, count(*) AS writes, sum(c.cache_write_tokens) AS write_tokens,
+                       coalesce(sum(c.cache_write_micros), 0) AS write_micros
+                FROM fc c WHERE {rollup.JUDGED_WRITE} AND c.cache_expires_at >= $now
+                     AND NOT EXISTS (SELECT 1 FROM cache_reads r WHERE r.call_id = c.call_id)
+                GROUP BY ALL),
+            fates AS (
+                SELECT 'read' AS fate, currency, writes, write_tokens, write_micros FROM measured WHERE sign = -1
+                UNION ALL SELECT 'alive', currency, writes, write_tokens, write_micros FROM unread WHERE NOT expiring
+                UNION ALL SELECT 'alive', currency, writes, write_tokens, write_micros FROM still
+                UNION ALL SELECT 'wasted', currency, writes, write_tokens, write_micros FROM unread WHERE expiring
+                UNION ALL SELECT 'wasted', currency, -writes, -write_tokens, -write_micros FROM still)
+            SELECT fate, currency, sum(writes)::BIGINT AS writes, sum(write_tokens)::BIGINT AS write_tokens,
+                   sum(write_micros)::BIGINT AS write_micros
+            FROM fates GROUP BY ALL HAVING sum(writes) > 0 ORDER BY fate, currency""", {**built.params, "now": now})
+    return _q(con, f, f"""
         SELECT CASE WHEN r.call_id IS NOT NULL THEN 'read'
-                    WHEN c.cache_expires_at < now() THEN 'wasted' ELSE 'alive' END AS fate,
+                    WHEN c.cache_expires_at < $now THEN 'wasted' ELSE 'alive' END AS fate,
                c.currency, count(*) AS writes, sum(c.cache_write_tokens)::BIGINT AS write_tokens,
                coalesce(sum(c.cache_write_micros), 0)::BIGINT AS write_micros
         FROM fc c LEFT JOIN cache_reads r USING (call_id)
-        WHERE c.settled AND c.cache_write_tokens > 0 AND c.cache_verdict IS NOT NULL
-        GROUP BY ALL ORDER BY fate, currency""")
+        WHERE {rollup.JUDGED_WRITE}
+        GROUP BY ALL ORDER BY fate, currency""", {"now": now})
 
 
 def known_reads(con: duckdb.DuckDBPyConnection, call_ids: list[str]) -> pl.DataFrame:
@@ -170,25 +203,30 @@ def run_turn_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.Da
                   {"ids": run_ids})
 
 
-def compaction_sources(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+def compaction_sources(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
     """Reported and inferred compactions side by side: how many, the tokens each took out of every
-    later call of its run until the next one (`saved_tokens`), and what the summaries and the cache
-    writes they forced cost."""
-    return _q(con, f, """
-        , marked AS (
-            SELECT x.*, coalesce(x.source, 'reported') AS src,
-                   lead(x.occurred_at) OVER (PARTITION BY x.run_id ORDER BY x.occurred_at, x.compaction_id) AS next_at
-            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred'),
-        following AS (  -- counts the joined run ids (never null), so no call id is read or carried
+    later call of its run until the run's next one (`saved_tokens`), and what the summaries and the
+    cache writes they forced cost. Each compaction's later calls are read from their rollup
+    (`rollup.REACH`) when it counts every compaction, unless `raw`: the same figures."""
+    if not raw and scoped(con, f, "reach_whole", lambda: rollup.whole(con, rollup.REACH)):
+        following = f"""
+            SELECT r.compaction_id, sum(r.later_calls) AS later_calls FROM {rollup.REACH.table} r
+            WHERE r.compaction_id IN (SELECT compaction_id FROM marked) GROUP BY r.compaction_id"""
+    else:  # counts the joined run ids (never null), so no call id is read or carried
+        following = f"""
             SELECT m.compaction_id, count(c.run_id) AS later_calls
-            FROM marked m LEFT JOIN calls c ON c.run_id = m.run_id AND c.started_at >= m.occurred_at
-                 AND (m.next_at IS NULL OR c.started_at < m.next_at) AND c.settled
-            GROUP BY m.compaction_id)
+            FROM ({rollup.marked("x.run_id IN (SELECT run_id FROM marked)")}) m
+            LEFT JOIN calls c ON {rollup.LATER} WHERE m.marked GROUP BY m.compaction_id"""
+    return _q(con, f, f"""
+        , marked AS (
+            SELECT x.*, coalesce(x.source, 'reported') AS src
+            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred'),
+        following AS ({following})
         SELECT m.src AS source, count(*) AS compactions,
                count(*) FILTER (WHERE m.detected) AS seen_in_traffic,
                coalesce(sum(m.tokens_before - m.tokens_after), 0)::BIGINT AS tokens_removed,
-               coalesce(sum((m.tokens_before - m.tokens_after) * f.later_calls), 0)::BIGINT AS saved_tokens,
+               coalesce(sum((m.tokens_before - m.tokens_after) * coalesce(f.later_calls, 0)), 0)::BIGINT AS saved_tokens,
                coalesce(sum(m.cost_micros), 0)::BIGINT AS summary_micros,
                coalesce(sum(m.recache_write_tokens), 0)::BIGINT AS recache_write_tokens,
                coalesce(sum(m.recache_cost_micros), 0)::BIGINT AS recache_micros
-        FROM marked m JOIN following f USING (compaction_id) GROUP BY m.src ORDER BY m.src DESC""")
+        FROM marked m LEFT JOIN following f USING (compaction_id) GROUP BY m.src ORDER BY m.src DESC""")
