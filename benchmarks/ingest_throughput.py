@@ -79,7 +79,9 @@ def _records(n: int) -> list[list[tuple[str, dict]]]:
                 "attributes": json.dumps({"gen_ai.operation.name": "chat", "gen_ai.usage.input_tokens": prompt,
                                           "workbench.call_id": call.call_id})}
         found = prefix.captured(call.call_id, call.wire, call.model_requested, request, None, now.isoformat(), None)
-        out.append([("call", row), ("call_body", body), ("span", span), ("call_prefix", found)])
+        # in the recorder's order (a call's prefix line, then the call, then its body): a batch cut at
+        # its byte budget ends between calls only in that order (`ingest._before_last_call`)
+        out.append([("call_prefix", found), ("call", row), ("call_body", body), ("span", span)])
     return out
 
 

@@ -249,3 +249,41 @@ def test_an_ingest_inside_an_apps_process_leaves_duckdbs_memory_alone(tmp_path, 
         assert reader.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == before
     assert "without the limit" not in caplog.text  # never limited, so never done again
     assert _rows(db, "SELECT count(*) FROM calls") == [(500,)]
+
+
+def test_rollups_folded_batch_by_batch_are_those_made_from_every_stored_call(tmp_path):
+    """Each rollup, folded one batch at a time into the groups earlier batches made (the same day,
+    run, model, latency bucket; a first or last moment still null), and through the re-read path
+    (a call already stored, left out of the fold), holds exactly the rows one aggregation of all the
+    stored calls gives (as the migrations filled them): one row a group, the same figures."""
+    from workbench.store import rollup
+
+    db, spool_dir = tmp_path / "wb.duckdb", tmp_path / "spool"
+    spool = Spool(db, spool_dir, flush_interval_s=3600)
+
+    def call(index: int) -> dict:
+        day = f"2025-01-0{1 + index % 2}"
+        started = f"{day}T00:00:{index * 37 % 60:02d}+00:00"  # earlier and later than the stored ones
+        return {"call_id": f"c{index}", "run_id": ["r1", "r2", None][index % 3], "provider": "openai",
+                "model_requested": ["m1", "m2"][index % 2], "model_served": None if index % 4 else "m1",
+                "prompt_id": None, "settled": index % 5 != 0, "input_tokens": index, "output_tokens": 2,
+                "cache_read_tokens": index % 3,
+                "cache_write_tokens": None if 20 <= index < 40 else index % 4 and 10,  # a batch of unknowns
+                "cost_micros": None if index % 7 == 0 else 100 + index, "replayed": index % 6 == 0,
+                "currency": "USD", "started_at": started, "first_byte_at": started,
+                "ended_at": f"{day}T00:01:{index * 7 % 60:02d}+00:00"}
+
+    def same(con) -> None:
+        for spec in rollup.ROLLUPS:
+            stored = sorted(con.execute(f"SELECT * FROM {spec.table}").fetchall(), key=repr)
+            assert stored == sorted(con.execute(spec.aggregate("calls")).fetchall(), key=repr), spec.table
+
+    for first in range(0, 60, 20):
+        for index in range(first, first + 20):
+            spool.append("call", call(index))
+        spool.append("call", call(max(first - 1, 0)))  # stored already, or earlier in this batch: counted once
+        spool.flush(ingest=False)
+        ingest_spools(db, spool_dir)
+        with open_store(db, read_only=True) as con:
+            assert con.execute("SELECT count(*) FROM calls").fetchall() == [(first + 20,)]
+            same(con)

@@ -116,9 +116,11 @@ def _schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, pl.DataType]
     """Every record table's columns, as polars types, in one query."""
     tables = {table for table, _, _ in TABLES.values()}
     schemas: dict[str, dict[str, pl.DataType]] = {table: {} for table in tables}
+    # DuckDB's own catalog function, not `information_schema.columns` (a view of it that costs a batch
+    # of a few hundred calls ~5 ms more to plan): the same rows
     for table, name, kind in con.execute(
-        "SELECT table_name, column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+        "SELECT table_name, column_name, data_type FROM duckdb_columns() "
+        "WHERE schema_name = 'main' ORDER BY table_name, column_index"
     ).fetchall():
         if table in schemas:
             schemas[table][name] = _POLARS_TYPES.get(kind, pl.Utf8)

@@ -29,14 +29,12 @@ _STARTED = "epoch_us(c.started_at)"
 
 @dataclass(frozen=True)
 class Rollup:
-    """A rollup table: its keys (name, type, from calls `c`), its measures (name, how one call
-    counts, how two rows of one group merge: sum, min or max) and the keys whose touched values a
-    batch sums again with the stored rows (`add_calls`)."""
+    """A rollup table: its keys (name, type, from calls `c`: a group is a value of every key) and its
+    measures (name, how one call counts, how two rows of one group merge: sum, min or max)."""
 
     table: str
     keys: tuple[tuple[str, str, str], ...]
     measures: tuple[tuple[str, str, str], ...]
-    merged_on: tuple[str, ...]
     # the table whose rows it counts (`calls`: its `calls` measure counts them) and folds as they are written
     of: str = "calls"
 
@@ -61,6 +59,19 @@ class Rollup:
         return (f"SELECT {', '.join(name for name, _, _ in self.keys)}, "
                 + ", ".join(f"{merge}({name})::BIGINT AS {name}" for name, _, merge in self.measures)
                 + f" FROM ({rows}) GROUP BY ALL")
+
+    def merge(self, source: str) -> str:
+        """The statement folding the calls in `source` into the table: each group's row gets the
+        batch's measures merged in as `merged` would (a sum or an extreme of the two, a null one
+        left out), a group the table lacks is inserted."""
+        same = " AND ".join(f"r.{name} IS NOT DISTINCT FROM d.{name}" for name, _, _ in self.keys)
+        columns = [name for name, _, _ in self.keys] + [name for name, _, _ in self.measures]
+        merged = {"sum": "coalesce(r.{0} + d.{0}, r.{0}, d.{0})", "min": "least(r.{0}, d.{0})",
+                  "max": "greatest(r.{0}, d.{0})"}
+        return (f"MERGE INTO {self.table} r USING ({self.aggregate(source)}) d ON ({same}) "
+                "WHEN MATCHED THEN UPDATE SET " + ", ".join(f"{name} = " + merged[merge].format(name)
+                                                             for name, _, merge in self.measures)
+                + f" WHEN NOT MATCHED THEN INSERT ({', '.join(columns)}) VALUES ({', '.join('d.' + name for name in columns)})")
 
 
 _DIMENSIONS = (
@@ -107,7 +118,6 @@ DAILY = Rollup(
      ("replayed", "BOOLEAN", "coalesce(c.replayed, false)"), ("price_source", "VARCHAR", "c.price_source"),
      ("cache_verdict", "VARCHAR", "c.cache_verdict")),
     tuple((name, expr, "sum") for name, expr in MEASURES),
-    ("day_n",),
 )
 DIMENSIONS = tuple(name for name, _, _ in DAILY.keys)
 TABLE_SQL = DAILY.table_sql
@@ -127,7 +137,6 @@ RUNS = Rollup(
      ("last_read_at", f"max({_STARTED}) FILTER (WHERE c.settled AND c.cache_read_tokens > 0)", "max"),
      ("write_tokens", "sum(c.cache_write_tokens) FILTER (WHERE c.settled)", "sum"),
      ("cost_micros", "sum(c.cost_micros) FILTER (WHERE c.settled)", "sum")),
-    ("run_id", "day_n"),
 )
 
 # The latency of live calls per UTC month, filter value and log-spaced bucket of the time to first
@@ -157,9 +166,7 @@ def bucket_ms(bucket: str) -> str:
 def _latency(table: str, moment: str) -> Rollup:
     return Rollup(table, (("month", "DATE", _MONTH), *_DIMENSIONS, ("currency", "VARCHAR", "c.currency"),
                           ("bucket", "INTEGER", latency_bucket(moment))),
-                  # merged on every key: a batch rewrites only its own groups, not a busy month's every bucket
-                  (("calls", "count(*)", "sum"),),
-                  ("month", "provider", "model", "prompt_id", "prompt_version", "currency", "bucket"))
+                  (("calls", "count(*)", "sum"),))
 
 
 TTFB = _latency("ttfb_rollup", "first_byte_at")
@@ -180,8 +187,8 @@ _WRITE_MEASURES = (
     ("write_tokens", f"coalesce(sum(c.cache_write_tokens) FILTER (WHERE {JUDGED_WRITE}), 0)", "sum"),
     ("write_micros", f"coalesce(sum(c.cache_write_micros) FILTER (WHERE {JUDGED_WRITE}), 0)", "sum"),
 )
-WRITES = Rollup("cache_write_rollup", _WRITE_KEYS, _WRITE_MEASURES, ("day_n",))
-READS = Rollup("cache_read_rollup", _WRITE_KEYS, _WRITE_MEASURES, ("day_n",), of="cache_reads")
+WRITES = Rollup("cache_write_rollup", _WRITE_KEYS, _WRITE_MEASURES)
+READS = Rollup("cache_read_rollup", _WRITE_KEYS, _WRITE_MEASURES, of="cache_reads")
 
 # The compaction page's saved tokens (`queries.insight.compaction_sources`): per compaction, the
 # settled calls of its run from it to the run's next compaction (an `ok` or inferred one; those
@@ -212,7 +219,7 @@ REACH = Rollup(
     (("compaction_id", "VARCHAR", "c.compaction_id"), ("run_id", "VARCHAR", "c.run_id")),
     (("compactions", "count(DISTINCT c.compaction_id) FILTER (WHERE c.counted)", "sum"),
      ("later_calls", "count(c.call_run)", "sum")),
-    ("compaction_id",), of="compactions",
+    of="compactions",
 )
 # what a rollup of reads or compactions sums, as calls `c` (a read whose writer is not stored counts with null keys)
 _OF = {"cache_reads": lambda reads: f"(SELECT c.* FROM {reads} r LEFT JOIN calls c ON c.call_id = r.call_id)",
@@ -251,20 +258,17 @@ def rebuild(con: duckdb.DuckDBPyConnection) -> None:
 def add_calls(con: duckdb.DuckDBPyConnection, batch: str, only_new: bool, append: bool = False) -> None:
     """Fold the calls of the registered relation `batch` into every rollup, inside the caller's
     transaction, before they are inserted. `only_new`: leave out those already stored (the insert
-    will ignore them); else the caller knows none is. The groups the batch touches (its days; its
-    runs and days) are merged again with what the rollup held for them, so it keeps one row per
-    group whatever the batches. `append` (a lake): the batch's rows are added as rows of their own
-    instead, because machines committing at once may add to the same day, and a lake refuses two
-    transactions where one deleted rows the other also changed; readers merge the rows of a group
-    either way."""
+    will ignore them); else the caller knows none is. Each group the batch touches is merged into
+    the row the rollup holds for it (one `MERGE` a rollup: a group found has its measures merged, a
+    new one is inserted), so it keeps one row per group whatever the batches. `append` (a lake): the
+    batch's rows are added as rows of their own instead, because machines committing at once may add
+    to the same group, and a lake refuses two transactions where one changed rows the other also
+    changed; readers merge the rows of a group either way."""
     # a batch's times may still be text (the insert casts them): cast as the insert does
     times = ", ".join(f"CAST(b.{name} AS TIMESTAMPTZ) AS {name}" for name in ("started_at", "first_byte_at", "ended_at"))
     source = f"(SELECT * REPLACE ({times}) FROM {batch} b" + (
         " WHERE NOT EXISTS (SELECT 1 FROM calls s WHERE s.call_id = b.call_id))" if only_new else ")")
-    for spec in ROLLUPS:
-        if spec.of == "calls":
-            _fold(con, spec, source, append)
-    _fold(con, REACH, _calls_reach(source), append)
+    _fold(con, [(spec, source) for spec in ROLLUPS if spec.of == "calls"] + [(REACH, _calls_reach(source))], append)
 
 
 def add_reads(con: duckdb.DuckDBPyConnection, batch: str, append: bool = False) -> None:
@@ -272,25 +276,15 @@ def add_reads(con: duckdb.DuckDBPyConnection, batch: str, append: bool = False) 
     rollups of reads, inside the caller's transaction, after the batch's calls and before the
     reads are inserted: those already stored are left out (the insert ignores them)."""
     new = f"(SELECT * FROM {batch} b WHERE NOT EXISTS (SELECT 1 FROM cache_reads s WHERE s.call_id = b.call_id))"
-    for spec in ROLLUPS:
-        if spec.of == "cache_reads":
-            _fold(con, spec, _OF[spec.of](new), append)
+    _fold(con, [(spec, _OF[spec.of](new)) for spec in ROLLUPS if spec.of == "cache_reads"], append)
 
 
-def _fold(con: duckdb.DuckDBPyConnection, spec: Rollup, source: str, append: bool) -> None:
-    """The rollup rows of `source` added to `spec`'s table (see `add_calls`)."""
-    if append:
-        con.execute(f"INSERT INTO {spec.table} BY NAME {spec.aggregate(source)}")
-        return
-    same = " AND ".join(f"d.{key} IS NOT DISTINCT FROM r.{key}" for key in spec.merged_on)
-    # a temporary table, not an Arrow table: pyarrow's import would cost an ingester ~0.5 s
-    con.execute(f"""CREATE OR REPLACE TEMPORARY TABLE _wb_rollup AS
-        WITH delta AS ({spec.aggregate(source)})
-        {spec.merged(f"SELECT * FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM delta d WHERE {same}) "
-                     "UNION ALL BY NAME SELECT * FROM delta")}""")
-    con.execute(f"DELETE FROM {spec.table} r WHERE EXISTS (SELECT 1 FROM _wb_rollup d WHERE {same})")
-    con.execute(f"INSERT INTO {spec.table} BY NAME SELECT * FROM _wb_rollup")
-    con.execute("DROP TABLE _wb_rollup")
+def _fold(con: duckdb.DuckDBPyConnection, folds: list[tuple[Rollup, str]], append: bool) -> None:
+    """The rollup rows of each (rollup, source) added to its table (see `add_calls`)."""
+    # one statement a rollup, all in one call: planning a rollup's measures, not its few rows, is
+    # most of a batch's fold
+    con.execute(";\n".join(f"INSERT INTO {spec.table} BY NAME {spec.aggregate(source)}" if append
+                            else spec.merge(source) for spec, source in folds))
 
 
 def whole(con: duckdb.DuckDBPyConnection, spec: Rollup = DAILY) -> bool:
