@@ -52,6 +52,9 @@ class Recorder:
         if problems:
             log.warning("workbench records with problems (fix them to silence this): %s", "; ".join(problems))
         self._models_seen: set[str] = set()
+        # the last request's headers and URL with their credential values: a provider sends the
+        # same ones on every call, so they are read once (an immutable tuple: threads may share it)
+        self._last_credentials: tuple[tuple, str, tuple[str, ...]] | None = None
         if not self.registry.rows():  # no project price at all: every call will need the price library, so
             warm_up()                 # it loads while the first calls are in flight (else on its first use)
 
@@ -97,8 +100,7 @@ class Recorder:
         the span that was current when it was sent), its request hash and its rows."""
         if call is None:
             call = self._call(pending)
-        headers = pending.request_headers.multi_items() if pending.request_headers is not None else ()
-        call = masked_call(call, credential_values(headers, pending.url))
+        call = masked_call(call, self._credentials(pending))
         try:
             span = _span(pending, call)
         except Exception as exc:  # noqa: BLE001 - a span we cannot make never costs the call's rows
@@ -117,6 +119,16 @@ class Recorder:
                                 call.started_at.isoformat() if call.started_at else None, pending.replay_session)
         if found is not None:
             self.spool.append("call_prefix", found)
+
+    def _credentials(self, pending: Pending) -> tuple[str, ...]:
+        """The credential values the request sent, to be masked wherever they are echoed."""
+        headers = tuple(pending.request_headers.multi_items()) if pending.request_headers is not None else ()
+        last = self._last_credentials
+        if last is not None and last[0] == headers and last[1] == pending.url:
+            return last[2]
+        values = tuple(credential_values(headers, pending.url))
+        self._last_credentials = (headers, pending.url, values)
+        return values
 
     def spool_call(self, call: Call) -> None:
         row = call.flat()
@@ -172,24 +184,16 @@ def _time(nanos: int) -> datetime:
 
 
 def _span(pending: Pending, call: Call):
-    """The call's CLIENT span with the GenAI attributes, ended; None when tracing does not record."""
+    """The call's CLIENT span with the GenAI attributes, ended; None when tracing does not record.
+    Every attribute is given as the span starts (one pass of the SDK's attribute checks, not two),
+    in the order they are stored."""
     model = call.model_requested or call.model_served
     operation = semconv.OPERATIONS.get(call.wire, "chat")
-    span = tracer().start_span(
-        f"{operation} {model}" if model else operation,
-        context=pending.context,
-        kind=trace.SpanKind.CLIENT,
-        start_time=pending.started_ns,
-        attributes={
-            semconv.OPERATION_NAME: operation,
-            semconv.REQUEST_MODEL: call.model_requested or "",
-            semconv.SERVER_ADDRESS: urlsplit(pending.url).hostname or "",
-        },
-    )
-    if not span.is_recording():
-        return None
     usage = call.usage
     attributes = {
+        semconv.OPERATION_NAME: operation,
+        semconv.REQUEST_MODEL: call.model_requested or "",
+        semconv.SERVER_ADDRESS: urlsplit(pending.url).hostname or "",
         semconv.PROVIDER_NAME: call.provider,
         semconv.RESPONSE_MODEL: call.model_served,
         semconv.RESPONSE_ID: call.response_id,
@@ -212,8 +216,17 @@ def _span(pending: Pending, call: Call):
         attributes[semconv.COST_MICROS] = call.cost_micros
     if call.error_type:
         attributes[semconv.ERROR_TYPE] = call.error_type
+    span = tracer().start_span(
+        f"{operation} {model}" if model else operation,
+        context=pending.context,
+        kind=trace.SpanKind.CLIENT,
+        start_time=pending.started_ns,
+        attributes={key: value for key, value in attributes.items() if value is not None},
+    )
+    if not span.is_recording():
+        return None
+    if call.error_type:
         span.set_status(trace.Status(trace.StatusCode.ERROR, (call.error_message or call.error_type)[:200]))
-    span.set_attributes({key: value for key, value in attributes.items() if value is not None})
     span.end(end_time=pending.ended_ns)
     return span
 

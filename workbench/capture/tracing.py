@@ -38,23 +38,55 @@ _SECRET_ATTRIBUTES = frozenset({"anthropic.organization.id", "openai.organizatio
                                 "openai.project", "openai.project.id"})
 
 
+# how each attribute key is scrubbed, by key: a process's spans repeat a few dozen keys
+_SECRET, _URL, _QUERY, _TEXT = range(4)
+_KIND_OF_KEY: dict[str, int] = {}
+# short texts found to hold nothing to mask: a span's model, operation, provider and run names repeat
+# on every case of an eval. Only clean texts are kept (a secret is never held here), and
+# `mask_secrets` of a clean text is that text, so a hit returns what masking would
+_CLEAN_TEXTS: set[str] = set()
+_CLEAN_LONGEST, _CLEAN_MOST, _KEYS_MOST = 256, 4096, 1024
+
+
+def _kind_of_key(key: str) -> int:
+    kind = _KIND_OF_KEY.get(key)
+    if kind is None:
+        header = key.startswith(("http.request.header.", "http.response.header.")) and is_secret_header(
+            key.rsplit(".", 1)[-1].replace("_", "-"))
+        kind = (_SECRET if key in _SECRET_ATTRIBUTES or header else _URL if key in _URL_ATTRIBUTES
+                else _QUERY if key == "url.query" else _TEXT)
+        if len(_KIND_OF_KEY) < _KEYS_MOST:
+            _KIND_OF_KEY[key] = kind
+    return kind
+
+
+def _masked_text(value: str) -> str:
+    if value in _CLEAN_TEXTS:
+        return value
+    masked = mask_secrets(value)
+    if masked == value and len(value) <= _CLEAN_LONGEST:
+        if len(_CLEAN_TEXTS) >= _CLEAN_MOST:
+            _CLEAN_TEXTS.clear()
+        _CLEAN_TEXTS.add(value)
+    return masked
+
+
 def scrubbed(attributes) -> dict:
     """Span attributes with secrets out, whoever set them (the anthropic SDK's own spans carry
     `url.full` and `url.query`, query keys included): credential-like query parameters and URL
     user-info, credential headers, and secret-shaped values in any text (an exception message)."""
     clean = dict(attributes or {})
     for key, value in clean.items():
-        header = key.startswith(("http.request.header.", "http.response.header.")) and is_secret_header(
-            key.rsplit(".", 1)[-1].replace("_", "-"))
-        if key in _SECRET_ATTRIBUTES or header:
+        kind = _kind_of_key(key)
+        if kind == _SECRET:
             clean[key] = [REDACTED] if isinstance(value, (list, tuple)) else REDACTED
         elif isinstance(value, str):
-            if key in _URL_ATTRIBUTES:
+            if kind == _URL:
                 clean[key] = redact_url(value)
-            elif key == "url.query":
+            elif kind == _QUERY:
                 clean[key] = redact_url("http://h/?" + value).partition("?")[2]
             else:
-                clean[key] = mask_secrets(value)
+                clean[key] = _masked_text(value)
     return clean
 
 
