@@ -147,21 +147,54 @@ _SCOPES: dict[int, Filters] = {}
 _SCOPED: dict[int, dict[str, Any]] = {}  # values computed once within a scope, by name
 
 
+def _run_set_queries(con: duckdb.DuckDBPyConnection, f: Filters) -> tuple[dict[str, str], dict[str, Any]]:
+    """The run sets filters `f` need (temp table name -> its query) and the queries' parameters."""
+    built, queries = _Sql(f), {}
+    if f.run_level:
+        queries["_wb_sel_runs"] = f"WITH RECURSIVE {built._selected_runs()} SELECT run_id FROM sel_runs"
+    if f.call_level:
+        queries["_wb_hit_runs"] = (f"WITH RECURSIVE {built._hit_runs(rollup.whole(con, rollup.RUNS))} "
+                                   "SELECT run_id FROM hit_runs")
+    return queries, built.params
+
+
+def run_sets(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    """The run ids of the run sets filters `f` need, to hand to `scope` on another connection to the
+    same store state: a page whose parts are separate reads computes them once."""
+    queries, params = _run_set_queries(con, f)
+    return {name: _frame(con, sql, params) for name, sql in queries.items()}
+
+
+class _ArrowStream:
+    """A frame that DuckDB scans through the Arrow C stream interface alone (a polars frame itself
+    would be converted through pyarrow, ~0.5 s to import)."""
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self._frame = frame
+
+    def __arrow_c_stream__(self, requested_schema: object = None) -> object:
+        return self._frame.__arrow_c_stream__(requested_schema)
+
+
 @contextmanager
-def scope(con: duckdb.DuckDBPyConnection, f: Filters) -> Iterator[None]:
+def scope(con: duckdb.DuckDBPyConnection, f: Filters, sets: dict[str, pl.DataFrame] | None = None
+          ) -> Iterator[None]:
     """Within it, the queries on `con` with filters `f` read the run sets those filters need from
-    temp tables computed once, instead of each query computing them again (a page runs several).
+    temp tables computed once, instead of each query computing them again (a page runs several);
+    `sets`: those sets as `run_sets` read them for `f` from the same store state, taken as they are.
     Within a scope of the same filters, another one changes nothing (a page made of parts)."""
     if _SCOPES.get(id(con)) == f:
         yield
         return
-    built = _Sql(f)
-    if f.run_level:
-        _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_sel_runs AS WITH RECURSIVE {built._selected_runs()} "
-                    "SELECT run_id FROM sel_runs", built.params)
-    if f.call_level:
-        _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_hit_runs AS WITH RECURSIVE "
-                    f"{built._hit_runs(rollup.whole(con, rollup.RUNS))} SELECT run_id FROM hit_runs", built.params)
+    needed = {name for name, wanted in (("_wb_sel_runs", f.run_level), ("_wb_hit_runs", f.call_level)) if wanted}
+    given = sets is not None and set(sets) == needed
+    queries, params = (dict.fromkeys(needed), {}) if given else _run_set_queries(con, f)
+    for name, sql in queries.items():
+        if sql is None:
+            ids = _ArrowStream(sets[name].select("run_id"))  # noqa: F841 - scanned by name below
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT run_id FROM ids")
+        else:
+            _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params)
     _SCOPES[id(con)] = f
     try:
         yield
