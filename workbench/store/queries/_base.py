@@ -317,8 +317,11 @@ def filter_options(con: duckdb.DuckDBPyConnection, limit: int = 500, raw: bool =
         FROM {'call_rollup' if rolled else 'calls'} c""").row(0, named=True)
     names = _frame(con, "SELECT name FROM runs WHERE name IS NOT NULL GROUP BY name ORDER BY count(*) DESC, name "
                    "LIMIT $limit", {"limit": limit})["name"].to_list()
-    tags = _frame(con, "SELECT key || '=' || value AS tag FROM run_tags GROUP BY ALL ORDER BY count(*) DESC, tag "
-                  "LIMIT $limit", {"limit": limit})["tag"].to_list()
+    # grouped by key and value before they are joined: joining every row's text first cost ~0.2 s at a
+    # million runs; grouped again by the joined text, as two pairs can join to one (`a=b` `c`, `a` `b=c`)
+    tags = _frame(con, "SELECT tag FROM (SELECT key || '=' || value AS tag, count(*) AS n FROM run_tags "
+                  "GROUP BY key, value) GROUP BY tag ORDER BY sum(n) DESC, tag LIMIT $limit",
+                  {"limit": limit})["tag"].to_list()
     return {**{key: value or [] for key, value in calls.items()}, "run_names": sorted(names), "tags": sorted(tags)}
 
 
