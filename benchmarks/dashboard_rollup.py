@@ -5,10 +5,13 @@ other. "Before" runs the code of another source tree (e.g. `git archive main`) o
 the store (an older schema cannot open a migrated store); "after" runs this tree.
 
     python benchmarks/dashboard_rollup.py --before-src DIR --before-db STORE --db STORE [--repeats N]
-        [--label TEXT] [--no-write] [--pages PAGE ...]
+        [--label TEXT] [--no-write] [--scenarios NAME ...] [--pages NAME ...]
 
 Build the stores with `dashboard_queries.py --generate-only` (an older tree's generator makes the
 "before" store; a copy of it opened once by this tree is migrated, and the migration fills the rollup).
+Besides `dashboard_queries.py`'s scenarios, a run name alone and a tag alone; besides the pages, the
+Overview as the dashboard reads it (`overview (2 reads)`: its headline and its tables, each on a
+connection of its own, sharing their run sets where the tree can: `queries.run_sets`).
 Reports, per page, the median CPU time (all threads) and wall time of its queries on an open
 connection, after one warm-up; appends them to benchmarks/RESULTS.md."""
 
@@ -24,7 +27,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dashboard_queries import SCENARIOS  # noqa: E402
+from dashboard_queries import SCENARIOS as QUERY_SCENARIOS  # noqa: E402
+from workbench.store.queries import Filters  # noqa: E402
+
+SCENARIOS = {**QUERY_SCENARIOS, "run name": Filters(run_names=("support-bot",)), "tag": Filters(tags=("env=prod",))}
 
 ROOT = Path(__file__).resolve().parent.parent
 # the page's queries in the tree on sys.path: same code for both sides (both trees name them alike)
@@ -40,8 +46,20 @@ page = args["page"]
 with open_store(args["db"], read_only=True) as con:
     con.execute("SET enable_progress_bar = false")  # a long query's bar would end on stdout, before the result
     run_id = q.run_choices(con, q.Filters(), limit=1)["run_id"][0]
-    fn = {"(sidebar options)": lambda con, f: q.filter_options(con),
-          "overview headline": q.overview_headline, **q.PAGES}[page]
+    def overview_reads(con, f):  # as the dashboard reads it: two reads, the run sets shared when the tree can
+        out, sets = {}, None
+        for part in (q.overview_headline, q.overview_tables):
+            with open_store(args["db"], read_only=True) as part_con:
+                part_con.execute("SET enable_progress_bar = false")
+                if not hasattr(q, "run_sets") or not (f.run_level or f.call_level):
+                    out.update(part(part_con, f))
+                    continue
+                sets = q.run_sets(part_con, f) if sets is None else sets
+                with q.scope(part_con, f, sets):
+                    out.update(part(part_con, f))
+        return out
+    fn = {"(sidebar options)": lambda con, f: (q.filter_options(con), q.store_counts(con)),
+          "overview headline": q.overview_headline, "overview (2 reads)": overview_reads, **q.PAGES}[page]
     kwargs = {"run_id": run_id} if page == "run_explorer" else {}
     fn(con, f, **kwargs)
     wall, cpu = [], []
@@ -52,8 +70,8 @@ with open_store(args["db"], read_only=True) as con:
         cpu.append((time.process_time() - started_cpu) * 1000)
 print(json.dumps({"wall_ms": statistics.median(wall), "cpu_ms": statistics.median(cpu)}))
 """
-PAGES = ("(sidebar options)", "overview headline", "overview", "prompt_cache", "compaction", "failures",
-         "run_explorer")
+PAGES = ("(sidebar options)", "overview headline", "overview", "overview (2 reads)", "prompt_cache", "compaction",
+         "failures", "run_explorer")
 
 
 def _time(src: Path, db: Path, page: str, filters: dict, repeats: int) -> dict:
@@ -72,10 +90,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--label", default="")
     parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--pages", nargs="+", choices=PAGES, default=list(PAGES), help="only these pages")
+    parser.add_argument("--scenarios", nargs="*", choices=list(SCENARIOS), default=list(SCENARIOS))
+    parser.add_argument("--pages", nargs="*", choices=PAGES, default=list(PAGES))
     args = parser.parse_args()
     rows, loads = [], []
-    for scenario, f in SCENARIOS.items():
+    for scenario, f in ((name, SCENARIOS[name]) for name in args.scenarios):
         filters = {k: (v.isoformat() if hasattr(v, "isoformat") else list(v) if isinstance(v, tuple) else v)
                    for k, v in asdict(f).items()}
         for page in args.pages:
@@ -93,8 +112,8 @@ def main() -> None:
     lines = ["", f"## Dashboard queries before and after the daily rollup{' — ' + args.label if args.label else ''} "
              f"({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"`python benchmarks/dashboard_rollup.py --before-src {args.before_src} --before-db {args.before_db} "
-             f"--db {args.db} --repeats {args.repeats}"
-             + (f" --pages {' '.join(repr(page) for page in args.pages)}" if args.pages != list(PAGES) else "") + "`: per page, a fresh process per side, one warm-up, the "
+             f"--db {args.db} --repeats {args.repeats} --scenarios {' '.join(map(repr, args.scenarios))} "
+             f"--pages {' '.join(map(repr, args.pages))}`: per page, a fresh process per side, one warm-up, the "
              f"median of {args.repeats}. Load average (1 min) during the run: {min(loads):.1f}-{max(loads):.1f} on "
              f"{os.cpu_count()} cores: compare CPU times and the same-run ratio, not wall times.", "",
              "| filters | page | before CPU ms | after CPU ms | after / before | before wall ms | after wall ms |",

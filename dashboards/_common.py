@@ -86,14 +86,41 @@ def _options(db: str, state: tuple) -> tuple[dict, dict]:
     return q.read(db, None, work)
 
 
+_RUN_SETS: dict[tuple, dict[str, pl.DataFrame]] = {}  # (db, state, filters) -> their run sets (`q.run_sets`)
+_RUN_SETS_KEPT = 8
+
+
+def _with_run_sets(db: str, state: tuple, filters: q.Filters | None, fn: Callable):
+    """`fn(con)` on a read of the store, within a scope of `filters` whose run sets (the runs a run
+    name, a tag or a call-level filter selects) are computed once per filters and store state and
+    shared by every read of that state: a page made of several reads (the Overview's headline and
+    tables) pays for them once."""
+    def work(con):
+        if filters is None or not (filters.run_level or filters.call_level):
+            return fn(con)
+        key = (db, state, filters)
+        sets = _RUN_SETS.get(key)
+        if sets is None:
+            sets = q.run_sets(con, filters)
+            while len(_RUN_SETS) >= _RUN_SETS_KEPT:
+                _RUN_SETS.pop(next(iter(_RUN_SETS)), None)
+            _RUN_SETS[key] = sets
+        with q.scope(con, filters, sets):
+            return fn(con)
+
+    return q.read(db, None, work)
+
+
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=128)
 def _page(page: str, db: str, state: tuple, filters: q.Filters, extra: tuple) -> dict[str, pl.DataFrame]:
-    return q.read(db, None, lambda con: q.PAGES[page](con, filters, **dict(extra)))
+    scoped = filters if page != "evals" else None  # the evals page reads no run set
+    return _with_run_sets(db, state, scoped, lambda con: q.PAGES[page](con, filters, **dict(extra)))
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=64)
 def _named(name: str, db: str, state: tuple, args: tuple) -> pl.DataFrame:
-    return q.read(db, None, lambda con: getattr(q, name)(con, *args))
+    filters = next((arg for arg in args if isinstance(arg, q.Filters)), None)
+    return _with_run_sets(db, state, filters, lambda con: getattr(q, name)(con, *args))
 
 
 def _guard(fn: Callable):

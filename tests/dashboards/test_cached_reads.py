@@ -62,3 +62,19 @@ def test_a_refresh_of_an_unchanged_store_reads_nothing_and_shows_the_same_figure
     at.run()
     assert figures(at) == first
     assert opened == [], f"{page} read the store again although it had not changed"
+
+
+def test_the_overview_reads_its_run_sets_once_for_its_parts_and_shows_the_filtered_figures(db, monkeypatch):
+    """The Overview is two reads (its headline, then its tables): the runs its provider filter keeps
+    are read once, and both parts show the figures of the filtered calls."""
+    from workbench.store import queries as q
+
+    read = []
+    run_sets = q.run_sets
+    monkeypatch.setattr(q, "run_sets", lambda con, f: read.append(f) or run_sets(con, f))
+    at = render(db, monkeypatch, provider="anthropic")
+    assert read == [q.Filters(providers=("anthropic",))]
+    assert figures(at)["Calls"] == str(sum(1 for call in fx.CALLS if fx.PROVIDERS[call[3]] == "anthropic"))
+    assert figures(at)["Runs"] == "1"  # R2, the top-level run around the anthropic calls
+    at.run()  # a refresh of an unchanged store: read from the cache, nothing again
+    assert len(read) == 1

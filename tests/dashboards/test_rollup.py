@@ -251,3 +251,84 @@ def test_calls_written_around_the_ingest_turn_the_rollup_off(tmp_path):
     _same(cube, raw)
     assert cube["calls"].sum() == len(fx.CALLS) + 1
 
+
+
+PART_FILTERS = (
+    q.Filters(providers=("anthropic",)), q.Filters(date_from=date(2024, 5, 2), models=("alpha",), source="live"),
+    q.Filters(run_names=("chat-app",)), q.Filters(tags=("env=dev",), prompt_ids=("summarize",)),
+    q.Filters(run_names=("batch",), source="replayed"), q.Filters(providers=("nobody",)),
+)
+
+
+def _frames_equal(shared: dict[str, pl.DataFrame], own: dict[str, pl.DataFrame]) -> None:
+    assert shared.keys() == own.keys()
+    for name in own:
+        assert_frame_equal(shared[name], own[name], check_exact=True)
+
+
+def test_a_pages_parts_given_the_run_sets_read_once_show_what_each_part_computing_them_shows(dashboard_db):
+    """A page made of several reads (the Overview's headline and tables, each on its own connection)
+    takes the run sets `run_sets` read once; every page's figures are then those of the page that
+    computes its sets itself, and the sets are exactly the runs the filters select."""
+    with open_store(dashboard_db, read_only=True) as con:
+        for f in PART_FILTERS:
+            sets = q.run_sets(con, f)
+            assert set(sets) == {name for name, wanted in (("_wb_sel_runs", f.run_level),
+                                                           ("_wb_hit_runs", f.call_level)) if wanted}
+            if f.call_level:
+                assert sorted(sets["_wb_hit_runs"]["run_id"].to_list()) == _hit_runs(con, f, rolled=False)
+            for page, read in q.PAGES.items():
+                kwargs = {"run_id": "R2"} if page == "run_explorer" else {}
+                own = read(con, f, **kwargs)
+                part = con.cursor()  # another connection: none of `con`'s temp tables
+                try:
+                    with scope(part, f, sets):
+                        _frames_equal(read(part, f, **kwargs), own)
+                finally:
+                    part.close()
+            shared = {}
+            for part_of in (q.overview_headline, lambda con, f: q.overview_tables(con, f, "run", 3)):
+                part = con.cursor()
+                try:
+                    with scope(part, f, sets):
+                        shared.update(part_of(part, f))
+                finally:
+                    part.close()
+            _frames_equal(shared, {**q.overview_headline(con, f), **q.overview_tables(con, f, "run", 3)})
+
+
+def test_sets_read_for_other_filters_are_not_taken(dashboard_db):
+    """A scope given run sets that are not those its filters need computes its own."""
+    with open_store(dashboard_db, read_only=True) as con:
+        f = q.Filters(providers=("anthropic",), run_names=("chat-app",))
+        wrong = q.run_sets(con, q.Filters(providers=("anthropic",)))  # no run-name set in it
+        part = con.cursor()
+        try:
+            with scope(part, f, wrong):
+                _frames_equal(q.failures_page(part, f), q.failures_page(con, f))
+        finally:
+            part.close()
+
+
+_TAG_PAIRS = st.tuples(st.sampled_from(["env", "a", "a=b", "team", ""]), st.sampled_from(["prod", "c", "b=c", "", "x y"]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tagged=st.lists(st.lists(_TAG_PAIRS, max_size=3, unique_by=lambda pair: pair[0]), max_size=30),
+       limit=st.integers(1, 6))
+def test_the_sidebars_tags_are_the_most_common_ones_as_the_joined_text_counts_them(blank_store, tagged, limit):
+    """The tag options are the `limit` most common `key=value` texts (ties by text), counted by the
+    joined text: two pairs that join to the same text (`a=b` `c` and `a` `b=c`) are one option."""
+    rows = [{"run_id": f"r{index}", "key": key, "value": value}
+            for index, pairs in enumerate(tagged) for key, value in pairs]
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "tags.duckdb"
+        shutil.copyfile(blank_store, db)
+        with open_store(db) as con:
+            write_rows(con, "run_tag", rows)
+            counts: dict[str, int] = {}
+            for row in rows:
+                text = f"{row['key']}={row['value']}"
+                counts[text] = counts.get(text, 0) + 1
+            expected = sorted(sorted(counts, key=lambda text: (-counts[text], text))[:limit])
+            assert q.filter_options(con, limit=limit)["tags"] == expected

@@ -1,10 +1,11 @@
 """The rollups of calls: the calls summed per UTC day and per value of every call-level filter and
 key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUNS`, table
 `call_run_rollup`: the runs' own sums, first and last moments, for what the pages aggregate by
-run), and the live calls' latencies counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`:
-the Overview's percentiles, within `LATENCY_ERROR`); the judged cache writes and those a later hit
-read (`WRITES`, `READS`: the prompt cache page's write fates) and each compaction's later calls
-(`REACH`: the compaction page's saved tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
+run, and the spend cube of the calls a run name or tag selects), and the live calls' latencies
+counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`: the Overview's percentiles, within
+`LATENCY_ERROR`); the judged cache writes and those a later hit read (`WRITES`, `READS`: the prompt
+cache page's write fates) and each compaction's later calls (`REACH`: the compaction page's saved
+tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
 every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
 answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
 or a rollup does not count every stored call.
@@ -122,13 +123,15 @@ DAILY = Rollup(
 DIMENSIONS = tuple(name for name, _, _ in DAILY.keys)
 TABLE_SQL = DAILY.table_sql
 
-# per run (null: the calls outside any run), day and call-level filter value: what the pages sum or
-# compare per run (`unstable_prefix_runs`), the runs a call-level filter keeps (a scope's run set),
-# and the live spend outside any run (the failures page's total)
+# per run (null: the calls outside any run), day, call-level filter value and currency: what the pages
+# sum or compare per run (`unstable_prefix_runs`), the runs a call-level filter keeps (a scope's run
+# set), the live spend outside any run (the failures page's total), and the spend cube of the calls a
+# run name or tag selects (`queries.spend.spend_cube`: its live and replayed measures are the rows'
+# own by their `replayed` key, so each is kept once: `priced`, `unpriced`, tokens of every call)
 RUNS = Rollup(
     "call_run_rollup",
     (("run_id", "VARCHAR", "c.run_id"), ("day_n", "INTEGER", _DAY), *_DIMENSIONS,
-     ("replayed", "BOOLEAN", "coalesce(c.replayed, false)")),
+     ("replayed", "BOOLEAN", "coalesce(c.replayed, false)"), ("currency", "VARCHAR", "c.currency")),
     (("calls", "count(*)", "sum"),
      ("live_cost_micros", f"sum(c.cost_micros) FILTER (WHERE {_LIVE})", "sum"),
      ("settled", "count(*) FILTER (WHERE c.settled)", "sum"),
@@ -136,7 +139,15 @@ RUNS = Rollup(
      ("first_write_at", f"min({_STARTED}) FILTER (WHERE c.settled AND c.cache_write_tokens > 0)", "min"),
      ("last_read_at", f"max({_STARTED}) FILTER (WHERE c.settled AND c.cache_read_tokens > 0)", "max"),
      ("write_tokens", "sum(c.cache_write_tokens) FILTER (WHERE c.settled)", "sum"),
-     ("cost_micros", "sum(c.cost_micros) FILTER (WHERE c.settled)", "sum")),
+     ("cost_micros", "sum(c.cost_micros) FILTER (WHERE c.settled)", "sum"),
+     ("errors", dict(MEASURES)["errors"], "sum"),
+     ("priced", "count(c.cost_micros)", "sum"),
+     ("unpriced", "count(*) FILTER (WHERE c.settled AND c.cost_micros IS NULL)", "sum"),
+     ("unpriced_tokens", "sum(c.input_tokens + c.cache_read_tokens + c.cache_write_tokens + c.output_tokens)"
+                         " FILTER (WHERE c.settled AND c.cost_micros IS NULL)", "sum"),
+     *((name, f"sum(c.{name})", "sum") for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens",
+                                                     "output_tokens")),
+     ("replayed_cost_micros", "sum(c.cost_micros) FILTER (WHERE c.replayed)", "sum")),
 )
 
 # The latency of live calls per UTC month, filter value and log-spaced bucket of the time to first

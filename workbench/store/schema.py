@@ -313,6 +313,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         "\n".join(f"{spec.table_sql}\nINSERT INTO {spec.table} {spec.aggregate(spec.source)};"
                   for spec in (rollup.WRITES, rollup.READS, rollup.REACH)),
     ),
+    (
+        "0016_dashfilt_run_rollup_cube",
+        # the per-run rollup keyed by currency too and carrying the spend cube's measures, so a run
+        # name or tag filter sums it instead of every call (workbench/store/rollup.py `RUNS`): made
+        # again from the calls stored
+        f"DROP TABLE call_run_rollup;\n{rollup.RUNS.table_sql}\n"
+        f"INSERT INTO call_run_rollup {rollup.RUNS.aggregate('calls')};",
+    ),
 ]
 
 

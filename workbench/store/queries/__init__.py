@@ -26,7 +26,7 @@ from collections.abc import Callable
 import duckdb
 import polars as pl
 
-from workbench.store.queries._base import StoreMissing, Filters, scope, store_counts, filter_options, ingest_pending, quarantined_records, read
+from workbench.store.queries._base import StoreMissing, Filters, scope, run_sets, store_counts, filter_options, ingest_pending, quarantined_records, read
 from workbench.store.queries.spend import spend_cube, rollup, call_totals, spend_by_currency, currency_totals, spend_by_day, day_totals, spend_by_model, model_totals, spend_by_prompt, prompt_totals, run_totals, top_run_names, top_runs, outside_runs_spend, failure_totals, failed_runs, failures_by, unknown_when_unpriced, unpriced_models
 from workbench.store.queries.ledger import BUILT_IN, LATENCY, OTHERS, TIME_KEYS, key_columns, latency_rolled_up, spend_by, tag_keys, top_n
 from workbench.store.queries.cache import model_prices, cache_savings, cache_totals, unstable_prefix_runs
@@ -138,7 +138,7 @@ __all__ = [
     "eval_cases", "eval_matrices", "eval_matrix", "eval_matrix_case", "eval_matrix_case_ids",
     "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
     "has_tables", "ingest_pending", "key_columns", "latency_rolled_up", "model_prices", "model_totals", "outside_runs_spend", "overview_headline", "overview_tables", "prompt_totals", "read", "rollup",
-    "run_calls", "run_choices", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
+    "run_calls", "run_choices", "run_sets", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
     "prompt_runs_for_cases", "quarantined_records", "resume_answers", "resume_savings", "run_tree", "scope", "spend_by", "tag_keys", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
     "store_counts", "top_n", "top_run_names", "top_runs", "unknown_when_unpriced", "unpriced_models", "unstable_prefix_runs"
 ]

@@ -31,8 +31,9 @@ import duckdb
 import polars as pl
 
 from workbench.store import rollup
-from workbench.store.queries._base import _DAY, _LIVE, _MODEL, Filters, _frame, _q, _rq, _Sql, rolled_up, scoped
-from workbench.store.queries.spend import CALL_MONEY, unknown_when_unpriced
+from workbench.store.queries._base import (_DAY, _LIVE, _MODEL, Filters, _frame, _q, _rq, _rrq, _Sql, rolled_up,
+                                           runs_rolled_up, scoped)
+from workbench.store.queries.spend import CALL_MONEY, RUN_CUBE, unknown_when_unpriced
 
 OTHERS = "everything else"
 TIME_KEYS = ("day", "week", "month")
@@ -73,10 +74,12 @@ def tag_keys(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [key for (key,) in con.execute("SELECT DISTINCT key FROM run_tags ORDER BY key").fetchall()]
 
 
-def _main_currency(con: duckdb.DuckDBPyConnection, f: Filters, rolled: bool) -> str:
-    """The most common currency among the priced calls `f` selects (ties: the first by name)."""
-    count = "sum(c.calls)" if rolled else "count(*)"
-    main = scoped(con, f, "main_currency", lambda: (_rq if rolled else _q)(
+def _main_currency(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool) -> str:
+    """The most common currency among the priced calls `f` selects (ties: the first by name), counted
+    from the daily or the per-run rollup when one can answer `f`, unless `raw`: the same currency."""
+    read = _q if raw else _rq if rolled_up(con, f) else _rrq if runs_rolled_up(con, f) else _q
+    count = "count(*)" if read is _q else "sum(c.calls)"
+    main = scoped(con, f, f"main_currency_{read.__name__}", lambda: read(
         con, f, f"SELECT c.currency FROM fc c WHERE c.currency IS NOT NULL GROUP BY c.currency "
                 f"ORDER BY {count} DESC, c.currency LIMIT 1"))
     return main["currency"][0] if main.height else "USD"
@@ -88,8 +91,8 @@ def spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, raw: bool = Fa
     answer `f` and `by` (`rolled_up`), unless `raw`: the same figures; then, by model, provider,
     prompt or month on a large store (`latency_rolled_up`), its latency from the latency buckets
     (`latency_approx` true: each percentile within `rollup.LATENCY_ERROR` of the exact one), else exact."""
-    rolled = not raw and by in _ROLLED_KEYS and rolled_up(con, f)
-    frame = _raw_spend_by(con, f, by, _main_currency(con, f, rolled), rolled)
+    rolled = not raw and by in _ROLLED_KEYS and (rolled_up(con, f) or runs_rolled_up(con, f))
+    frame = _raw_spend_by(con, f, by, _main_currency(con, f, raw), rolled)
     bucketed = rolled and by in _BUCKETED_KEYS and latency_rolled_up(con, f)
     if "tag_value" in frame.columns:
         frame = frame.rename({"tag_value": key_columns(by)[0]})
@@ -117,19 +120,21 @@ _ROLLED_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
 
 def _raw_spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, main_currency: str, rolled: bool
                   ) -> pl.DataFrame:
-    """`spend_by`'s frame, its latency as lists. `rolled`: its sums come from the daily rollup (the
-    same integers) and only the latency percentiles are read from the calls."""
+    """`spend_by`'s frame, its latency as lists. `rolled`: its sums come from the daily rollup, or for
+    a run name or tag from the per-run rollup (the same integers), and only the latency percentiles
+    are read from the calls (apart: ranking them in the sums' query costs several times as much)."""
     extra, params, join = "", {"main_currency": main_currency}, ""
     ttfb = "(epoch_us(c.first_byte_at) - epoch_us(c.started_at)) / 1000.0"
     duration = "(epoch_us(c.ended_at) - epoch_us(c.started_at)) / 1000.0"
     latency = f"""quantile_cont({ttfb}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.first_byte_at IS NOT NULL) AS _ttfb,
                quantile_cont({duration}, [0.5, 0.95, 0.99]) FILTER (WHERE {_LIVE} AND c.ended_at IS NOT NULL) AS _duration"""
     if rolled:
-        names = key_columns(by)
-        sums = _rq(con, f, f"""
+        names, daily = key_columns(by), rolled_up(con, f)
+        sums = (_rq if daily else _rrq)(con, f, f"""
             SELECT {', '.join(f'{rkey} AS {name}' for (_, rkey), name in zip(_ROLLED_KEYS[by], names))},
                    coalesce(c.currency, $main_currency) AS currency,
-                   {', '.join(f'sum(c.{name})::BIGINT AS {name}' for name in SUMS)}
+                   {', '.join(f'sum(c.{name})::BIGINT AS {name}' if daily else f'{RUN_CUBE[name]} AS {name}'
+                              for name in SUMS)}
             FROM fc c GROUP BY ALL""", params)
         if by in _BUCKETED_KEYS and latency_rolled_up(con, f):
             percentiles = _bucketed_latency(con, f, by, params)

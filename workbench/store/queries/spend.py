@@ -36,11 +36,17 @@ def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) ->
     `priced_calls`, `unpriced_calls` and the token counters cover live calls (what left the
     account); `replayed_cost_micros` is what the replayed calls would have cost.
 
-    Summed from the daily rollup when it can answer `f` (`rolled_up`), unless `raw`: the same figures."""
+    Summed from the daily rollup when it can answer `f` (`rolled_up`), else (a run name or tag) from
+    the per-run rollup when it can (`runs_rolled_up`), unless `raw`: the same figures."""
     if not raw and rolled_up(con, f):
         return _rq(con, f, f"""
             SELECT (DATE '1970-01-01' + c.day_n) AS day, c.provider, c.model, c.prompt_id, c.prompt_version, c.currency,
                    {', '.join(f'sum(c.{name})::BIGINT AS {name}' for name in daily.CUBE)}
+            FROM fc c GROUP BY ALL ORDER BY day, model""")
+    if not raw and runs_rolled_up(con, f):
+        return _rrq(con, f, f"""
+            SELECT (DATE '1970-01-01' + c.day_n) AS day, c.provider, c.model, c.prompt_id, c.prompt_version, c.currency,
+                   {', '.join(f'{expr} AS {name}' for name, expr in RUN_CUBE.items())}
             FROM fc c GROUP BY ALL ORDER BY day, model""")
     return _q(con, f, f"""
         , cube AS (
@@ -56,6 +62,21 @@ def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) ->
         SELECT (DATE '1970-01-01' + day_n::INTEGER) AS day, * EXCLUDE (day_n) FROM cube ORDER BY day, model""")
 
 
+# the spend cube's measures (`daily.CUBE`, in its order) from the per-run rollup's rows `c`, whose
+# `replayed` key tells their live measures from their replayed ones (`daily.RUNS`)
+RUN_CUBE = {name: f"coalesce({expr}, 0)::BIGINT" for name, expr in (
+    ("calls", "sum(c.calls)"), ("settled", "sum(c.settled)"), ("unsettled", "sum(c.calls - c.settled)"),
+    ("errors", "sum(c.errors)"), ("unpriced_tokens", "sum(c.unpriced_tokens) FILTER (WHERE NOT c.replayed)"),
+    ("replayed_calls", "sum(c.calls) FILTER (WHERE c.replayed)"),
+    ("priced_calls", "sum(c.priced) FILTER (WHERE NOT c.replayed)"),
+    ("unpriced_calls", "sum(c.unpriced) FILTER (WHERE NOT c.replayed)"),
+    *((name, f"sum(c.{name}) FILTER (WHERE NOT c.replayed)")
+      for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")),
+    ("cost_micros", "sum(c.live_cost_micros)"),
+    ("replayed_priced_calls", "sum(c.priced) FILTER (WHERE c.replayed)"),
+    ("replayed_unpriced_calls", "sum(c.unpriced) FILTER (WHERE c.replayed)"),
+    ("replayed_cost_micros", "sum(c.replayed_cost_micros)"),
+)}
 CUBE_SUMS = ("calls", "settled", "unsettled", "errors", "replayed_calls", "priced_calls", "unpriced_calls",
              "unpriced_tokens", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
              "cost_micros", "replayed_priced_calls", "replayed_unpriced_calls", "replayed_cost_micros")
