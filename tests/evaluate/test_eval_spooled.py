@@ -99,6 +99,18 @@ def test_the_streamed_json_and_junit_are_the_bytes_of_the_whole_report(tmp_path,
     assert [(suite.get("failures"), suite.get("errors")) for suite in failed] == [("0", "0"), ("2", "0"), ("0", "2")]
 
 
+@pytest.mark.parametrize("value", [
+    {}, [], (), {"a": {}, "b": [], "c": [{}], "d": [[1, 2.5, None]], "e": {"z": True, "y": False}},
+    {"f": float("nan"), "g": float("inf"), "h": -0.0, "i": 1e300, "j": 10**30, ODD: ODD, "\ud800": "\udfff"},
+    {1: "a", 2: "b"}, [ODD, {"k": [{"l": {}}]}], "text", 7, None,
+])
+def test_a_value_is_indented_as_json_dumps_indents_it(value):
+    from workbench.evaluate.report import _indented
+
+    for depth in (0, 3):
+        assert _indented(value, depth) == json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n" + "  " * depth)
+
+
 def test_the_cli_writes_the_streamed_reports_to_files(project):
     root = project(5)
     result = workbench_cli(root, "eval", "--record-baseline", "--junit", "out/j.xml", "--json", "out/r.json")
@@ -195,4 +207,4 @@ def test_a_report_of_a_suite_with_long_outputs_reads_them_back_one_case_at_a_tim
     finally:
         tracemalloc.stop()
     assert size[0] > (700_000 if stream is write_json else 300_000) and len(held) > 10
-    assert max(held) < 200_000, max(held)  # a batch of rows (16 K characters) and a case's output
+    assert max(held) < 200_000, max(held)  # a batch of rows (8 K characters) and a case's output
