@@ -69,7 +69,7 @@ def eval_run(
     """Run suites (replay by default) and gate on the drop from their baselines: exit 0 pass,
     1 regression, 2 could not judge."""
     from workbench.evaluate.gate import evaluate, recording_requested
-    from workbench.evaluate.report import print_console, summary, to_junit, to_markdown, write_json
+    from workbench.evaluate.report import print_console, summary, to_markdown, write_json, write_junit
 
     mode = mode.value if mode is not None else None
 
@@ -98,14 +98,14 @@ def eval_run(
     else:
         _emit([{"suite": data["suite"], **{key: row[key] for key in ("case", "score", "baseline", "delta", "cost_micros", "status")}}
                for data in map(summary, outcomes) for row in data["cases"]], fmt, "cases")
-    for path, render in ((junit, to_junit), (markdown, to_markdown)):
-        if path is not None:
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(to_markdown(outcomes), encoding="utf-8")
+    for path, write in ((junit, write_junit), (json_out, write_json)):
+        if path is not None:  # written a case at a time: a long suite's report is never held whole
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(render(outcomes), encoding="utf-8")
-    if json_out is not None:  # written as it is encoded: a long suite's report is never held whole
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        with json_out.open("w", encoding="utf-8") as handle:
-            write_json(outcomes, handle)
+            with path.open("w", encoding="utf-8") as handle:
+                write(outcomes, handle)
     for outcome in outcomes:
         if outcome.recorded:
             (console if fmt == "table" else err_console).print(f"recorded {outcome.eval_run.suite.baseline_path}")

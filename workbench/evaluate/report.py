@@ -5,7 +5,9 @@ and no random ids, so replaying a suite twice gives the same bytes."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
+from collections import Counter
 from collections.abc import Iterator
 from typing import TextIO
 from xml.etree import ElementTree
@@ -36,9 +38,8 @@ def _scores(result) -> dict:
     return out
 
 
-def _rows(outcome: Outcome) -> Iterator[dict]:
-    """Each case's row, one at a time: the console keeps only the moved ones of a long suite, so a
-    100,000-case run never holds a row per case to print a few."""
+def _statuses(outcome: Outcome) -> Iterator[tuple]:
+    """Each case's result, its verdict (None: not judged) and its status in the reports."""
     verdicts = {case.case_id: case for case in outcome.verdict.cases} if outcome.verdict else {}
     for result in outcome.eval_run.results:
         verdict = verdicts.get(result.case_id)
@@ -48,6 +49,14 @@ def _rows(outcome: Outcome) -> Iterator[dict]:
             status = "recorded" if outcome.recorded else "not judged"
         else:
             status = "fail" if verdict.failed else "pass"
+        yield result, verdict, status
+
+
+def _rows(outcome: Outcome, excerpts: bool = True) -> Iterator[dict]:
+    """Each case's row, one at a time: the console keeps only the moved ones of a long suite, so a
+    100,000-case run never holds a row per case to print a few. `excerpts=False`: without the
+    output's excerpt (read back from the run's output file), for the reports that show none."""
+    for result, verdict, status in _statuses(outcome):
         scored = next((sample for sample in result.samples if sample.error is None), result.samples[0])
         yield {
             "case": result.case_id,
@@ -62,7 +71,7 @@ def _rows(outcome: Outcome) -> Iterator[dict]:
             "status": status,
             "scores": _scores(result),
             "explanations": {name: score.explanation for name, score in scored.scores.items() if score.explanation},
-            "output": None if result.output is None else as_text(result.output)[:500],
+            **({"output": None if result.output is None else as_text(result.output)[:500]} if excerpts else {}),
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
         }
 
@@ -93,36 +102,58 @@ def summary(outcome: Outcome, cases: bool = True) -> dict:
     }
 
 
-class _Rows(list):
-    """A suite's per-case rows as the JSON encoder reads a list: each made as the encoder reaches
-    it, so a 100,000-case report never holds a row per case (nor its whole text)."""
-
-    def __init__(self, outcome: Outcome) -> None:
-        super().__init__()
-        self.outcome = outcome
-
-    def __iter__(self) -> Iterator[dict]:
-        return _rows(self.outcome)
-
-    def __len__(self) -> int:
-        return len(self.outcome.eval_run.results)
+_WRITE_CHARS = 1 << 13  # rows are written in batches of about this many characters
 
 
-_WRITE_CHARS = 1 << 13  # the encoder's pieces are a few characters each: written in batches
+class _Batched:
+    """Writes to `out` in batches: a row's text is a few hundred characters."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out, self.pieces, self.size = out, [], 0
+
+    def write(self, text: str) -> None:
+        self.pieces.append(text)
+        self.size += len(text)
+        if self.size >= _WRITE_CHARS:
+            self.flush()
+
+    def flush(self) -> None:
+        self.out.write("".join(self.pieces))
+        self.pieces, self.size = [], 0
+
+
+def _indented(value, depth: int) -> str:
+    """`value` as `json.dumps(..., indent=2, sort_keys=True)` writes it `depth` levels down. Built
+    here from the C encoder's scalars: an indented `json.dumps` runs the pure-Python encoder, whose
+    closures make a reference cycle per call, left for the collector (a row each: ~100 KB waiting)."""
+    if isinstance(value, dict) and value and all(isinstance(key, str) for key in value):
+        inner = "\n" + "  " * (depth + 1)
+        return ("{" + ",".join(inner + json.dumps(key) + ": " + _indented(value[key], depth + 1) for key in sorted(value))
+                + "\n" + "  " * depth + "}")
+    if isinstance(value, list | tuple) and value:
+        inner = "\n" + "  " * (depth + 1)
+        return "[" + ",".join(inner + _indented(item, depth + 1) for item in value) + "\n" + "  " * depth + "]"
+    if isinstance(value, dict) and value:  # keys json turns into text (numbers, None): its own way
+        return json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n" + "  " * depth)
+    return json.dumps(value)
 
 
 def write_json(outcomes: list[Outcome], out: TextIO) -> None:
-    """The JSON report, written to `out` as it is encoded: the same text as `to_json`."""
-    report = {"format": 2, "suites": [{**summary(outcome, cases=False), "cases": _Rows(outcome)} for outcome in outcomes]}
-    pieces, size = [], 0
-    for piece in json.JSONEncoder(indent=2, sort_keys=True).iterencode(report):
-        pieces.append(piece)
-        size += len(piece)
-        if size >= _WRITE_CHARS:
-            out.write("".join(pieces))
-            pieces, size = [], 0
-    pieces.append("\n")
-    out.write("".join(pieces))
+    """The JSON report, written to `out` a row at a time: the text of `json.dumps(report, indent=2,
+    sort_keys=True)`, never the whole report (nor a row per case) in memory."""
+    out = _Batched(out)
+    out.write('{\n  "format": 2,\n  "suites": ')
+    for number, outcome in enumerate(outcomes):
+        # the suite's summary with an empty `cases`, whose line (a top-level key of it, two spaces
+        # in) is where the rows go
+        head, _, tail = _indented({**summary(outcome, cases=False), "cases": []}, 2).partition('\n      "cases": [],')
+        out.write(("[" if number == 0 else ",") + "\n    " + head + '\n      "cases": ')
+        rows = 0
+        for rows, row in enumerate(_rows(outcome), 1):
+            out.write(("[" if rows == 1 else ",") + "\n        " + _indented(row, 4))
+        out.write(("\n      ]" if rows else "[]") + "," + tail)
+    out.write(("\n  ]" if outcomes else "[]") + "\n}\n")
+    out.flush()
 
 
 def to_json(outcomes: list[Outcome]) -> str:
@@ -131,36 +162,66 @@ def to_json(outcomes: list[Outcome]) -> str:
     return text.getvalue()
 
 
-def to_junit(outcomes: list[Outcome]) -> str:
+def _xml(element: ElementTree.Element, open_only: bool = False) -> str:
+    """An element as ElementTree writes it (its escaping is the one JUnit readers were given);
+    `open_only`: its start tag alone, for an element written with its children after it."""
+    text = ElementTree.tostring(element, encoding="unicode")
+    return text.removesuffix(" />") + ">" if open_only else text
+
+
+def write_junit(outcomes: list[Outcome], out: TextIO) -> None:
+    """JUnit XML, written to `out` a case at a time: the text ElementTree writes for the whole tree,
+    indented (`ElementTree.indent`), without building it."""
+    out = _Batched(out)
     root = ElementTree.Element("testsuites", name="workbench eval")
+    declared = ElementTree.tostring(root, encoding="unicode", xml_declaration=True)
+    if not outcomes:
+        out.write(declared + "\n")
+        out.flush()
+        return
+    out.write(declared.removesuffix(" />") + ">")
     for outcome in outcomes:
-        data = summary(outcome)
-        rows = data["cases"]
+        data = summary(outcome, cases=False)
+        statuses = Counter(status for _, _, status in _statuses(outcome))
         mean_failed = outcome.verdict is not None and outcome.verdict.mean_failed
-        suite = ElementTree.SubElement(
-            root, "testsuite", name=data["suite"], tests=str(len(rows) + 1),
-            failures=str(sum(row["status"] == "fail" for row in rows) + (outcome.exit_code == 1 and mean_failed)),
-            errors=str(sum(row["status"] == "error" for row in rows) + (outcome.status == "error")),
+        suite = ElementTree.Element(
+            "testsuite", name=data["suite"], tests=str(len(outcome.eval_run.results) + 1),
+            failures=str(statuses["fail"] + (outcome.exit_code == 1 and mean_failed)),
+            errors=str(statuses["error"] + (outcome.status == "error")),
         )
-        mean = ElementTree.SubElement(suite, "testcase", classname=data["suite"], name="mean")
+        out.write("\n  " + _xml(suite, open_only=True))
+        mean = ElementTree.Element("testcase", classname=data["suite"], name="mean")
         if outcome.error is not None:
             kind = "error" if outcome.status == "error" else "failure"
             element = ElementTree.SubElement(mean, kind, type=outcome.error.code, message=outcome.error.cause)
             element.text = f"{outcome.error.cause}\nfix: {outcome.error.fix}"
-        for row in rows:
-            case = ElementTree.SubElement(suite, "testcase", classname=data["suite"], name=row["case"])
-            text = json.dumps({"score": row["score"], "spread": row["spread"], "samples": row["samples"],
-                               "baseline": row["baseline"], "p_value": row["p_value"], "scores": row["scores"],
-                               "explanations": row["explanations"]}, sort_keys=True)
-            if row["status"] == "fail":
-                ElementTree.SubElement(case, "failure", type="WB_EVAL_THRESHOLD",
-                                       message=f"{row['case']}: {row['baseline']} → {row['score']}").text = text
-            elif row["status"] == "error":
-                ElementTree.SubElement(case, "error", type="WB_EVAL_CASE_ERROR", message=row["error"] or "").text = text
-            else:  # a passing case shows its samples too
-                ElementTree.SubElement(case, "system-out").text = text
-    ElementTree.indent(root)
-    return ElementTree.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+        for case in itertools.chain([mean], (_junit_case(data["suite"], row) for row in _rows(outcome, excerpts=False))):
+            ElementTree.indent(case, level=2)
+            out.write("\n    " + _xml(case))
+        out.write("\n  </testsuite>")
+    out.write("\n</testsuites>\n")
+    out.flush()
+
+
+def _junit_case(suite: str, row: dict) -> ElementTree.Element:
+    case = ElementTree.Element("testcase", classname=suite, name=row["case"])
+    text = json.dumps({"score": row["score"], "spread": row["spread"], "samples": row["samples"],
+                       "baseline": row["baseline"], "p_value": row["p_value"], "scores": row["scores"],
+                       "explanations": row["explanations"]}, sort_keys=True)
+    if row["status"] == "fail":
+        ElementTree.SubElement(case, "failure", type="WB_EVAL_THRESHOLD",
+                               message=f"{row['case']}: {row['baseline']} → {row['score']}").text = text
+    elif row["status"] == "error":
+        ElementTree.SubElement(case, "error", type="WB_EVAL_CASE_ERROR", message=row["error"] or "").text = text
+    else:  # a passing case shows its samples too
+        ElementTree.SubElement(case, "system-out").text = text
+    return case
+
+
+def to_junit(outcomes: list[Outcome]) -> str:
+    text = io.StringIO()
+    write_junit(outcomes, text)
+    return text.getvalue()
 
 
 def _fmt(value) -> str:

@@ -13,7 +13,9 @@ import asyncio
 import contextvars
 import inspect
 import json
+import os
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -126,14 +128,38 @@ OUTPUT_CHARS = 4000  # of an output, as text: what the store keeps of it (`eval_
 STORE_BATCH = 10_000  # rows handed to the spool between two writes of it, when an eval run is stored
 
 
+class OutputFile:
+    """The samples' outputs of one eval run, as text on disk: a case's sample rows go to the spool
+    when it finishes, and only what shows or stores an output afterwards (the reports' excerpts,
+    the eval's results, a comparison) reads it back. A 100,000-case suite held ~400 MB of outputs
+    in memory to the end. The file is unlinked as it is made: nothing is left behind, even by a
+    killed eval, and no other user can open it."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()
+        self._end = 0
+
+    def keep(self, text: str) -> tuple[int, int]:
+        """Where `text` now is (offset, size in bytes). Called on the runner's event loop only."""
+        data = text.encode("utf-8", "surrogatepass")  # a lone surrogate reads back as it was
+        at, self._end = self._end, self._end + len(data)
+        os.pwrite(self._file.fileno(), data, at)
+        return at, len(data)
+
+    def read(self, at: int, size: int) -> str:
+        return os.pread(self._file.fileno(), size, at).decode("utf-8", "surrogatepass")
+
+
 @dataclass(slots=True)
 class Sample:
-    """One run of one case (one epoch), as kept until the run is stored and reported: its output as
-    the text the store keeps, not the output object (a suite of 100,000 cases holds 100,000 of
-    these until the gate has judged them all)."""
+    """One run of one case (one epoch), as kept until the run is stored and reported: its output is
+    in the run's OutputFile (read back by `output`), so a suite of 100,000 cases holds 100,000 of
+    these, a few hundred bytes each, until the gate has judged them all."""
 
     epoch: int
-    output: str | None  # as text (`as_text`), at most OUTPUT_CHARS; None: no output (an error)
+    outputs: OutputFile | None  # None: no output (an error)
+    output_at: int  # where the output's text is in `outputs`, and its size in bytes
+    output_size: int
     scores: dict[str, Score]
     cost_micros: int | None  # None: a call was unpriced
     run_id: str
@@ -149,6 +175,11 @@ class Sample:
     def __post_init__(self) -> None:
         gated = [score.value for score in self.scores.values() if score.value is not None]
         self.score = None if self.error is not None else round(sum(gated) / len(gated), 6)
+
+    @property
+    def output(self) -> str | None:
+        """The output as text (`as_text`), at most OUTPUT_CHARS; None: no output (an error)."""
+        return None if self.outputs is None else self.outputs.read(self.output_at, self.output_size)
 
 
 @dataclass(slots=True)
@@ -219,6 +250,7 @@ class EvalRun:
     model_name: str | None = None  # the model the run asked for, when not the prompt's
     matrix_id: str | None = None  # the `workbench eval compare` this run is a cell of
     matrix_reference: bool = False  # the cell the others were compared with
+    outputs: OutputFile = field(default_factory=OutputFile, repr=False)  # the samples' outputs
 
     @property
     def judged(self) -> list[CaseResult]:
@@ -375,32 +407,46 @@ async def run_suite(
             samples = []
             for epoch in range(1, epochs + 1):  # in order: the Nth identical request replays the Nth answer
                 context = EvalContext(suite, prompt, case, cassette, network, eval_run.model, epoch)
-                samples.append(await _run_sample(context, judge, answer, epochs))
+                samples.append(await _run_sample(context, judge, answer, epochs, eval_run))
             results[index] = CaseResult(case.id, samples)
             if progress is not None:
                 progress()
 
+    # stored before any case runs, with no verdict (and no end): what a killed eval leaves is that,
+    # and the samples of every case it finished (each spooled as it ends). The end replaces it
+    _store_run_row(eval_run, "error", started=True)
     try:
         # a worker that raises (an interrupt) stops; the others still take every case left
         ended = await asyncio.gather(*(worker() for _ in range(min(max(1, suite.concurrency), len(results)))),
                                      return_exceptions=True)
+    except BaseException as exc:  # the loop stopped (an interrupt): what finished is stored, unjudged
+        _store_unfinished(eval_run, results, exc)
+        raise
     finally:
         if answer is not None:
             await answer.close()
         for used in (cassette, judge_cassette):
             if used is not None:
                 used.save()
-    for used in (cassette, judge_cassette):
-        if used is not None and used.misses:
-            raise used.misses[0]
-        if used is not None and epochs > 1 and mode == "replay" and used.index.repeated:
-            raise _too_few_samples(suite, used, epochs)
-    for outcome in ended:
-        if isinstance(outcome, BaseException):
-            raise outcome
+    failure = next((used.misses[0] for used in (cassette, judge_cassette) if used is not None and used.misses), None)
+    if failure is None and epochs > 1 and mode == "replay":
+        failure = next((_too_few_samples(suite, used, epochs) for used in (cassette, judge_cassette)
+                        if used is not None and used.index.repeated), None)
+    failure = failure or next((outcome for outcome in ended if isinstance(outcome, BaseException)), None)
+    if failure is not None:
+        _store_unfinished(eval_run, results, failure)
+        raise failure
     eval_run.results = results  # in the suite's order; every case has its result: a worker only ends when none is left
     eval_run.ended_at = clock.now()
     return eval_run
+
+
+def _store_unfinished(eval_run: EvalRun, results: list[CaseResult | None], exc: BaseException) -> None:
+    """A run that stopped before its verdict (a replay miss, an interrupt): stored as it ended, with
+    no verdict, and the cases it finished."""
+    eval_run.results = [result for result in results if result is not None]
+    eval_run.ended_at = clock.now()
+    store_eval_run(eval_run, "error", error_code=exc.code if isinstance(exc, WorkbenchError) else None)
 
 
 def _too_few_samples(suite: Suite, cassette: Cassette, epochs: int) -> WorkbenchError:
@@ -426,7 +472,7 @@ def _case_error(exc: BaseException, what: str, fix: str) -> WorkbenchError:
     return WorkbenchError("WB_EVAL_CASE_ERROR", f"{what} {raised}"[:500], fix)
 
 
-async def _run_sample(context: EvalContext, judge, answer, epochs: int) -> Sample:
+async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run: EvalRun) -> Sample:
     suite, case = context.suite, context.case
     error, stage, output = None, None, None
     live = [0]
@@ -469,29 +515,26 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int) -> Sampl
     billed = case_run.billed
     cost = billed.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
     text = None if output is None else as_text(output)[:OUTPUT_CHARS]  # the object itself is not kept
-    return Sample(context.epoch, text, scores, cost, case_run.run_id, latency_ms, live[0] > 0, error, stage)
+    at, size = (0, 0) if text is None else eval_run.outputs.keep(text)
+    sample = Sample(context.epoch, None if text is None else eval_run.outputs, at, size, scores, cost, case_run.run_id,
+                    latency_ms, live[0] > 0, error, stage)
+    recorder().spool.append("eval_sample", {  # stored now: nothing a killed eval finished is lost
+        "eval_run_id": eval_run.eval_run_id, "case_id": case.id, "epoch": sample.epoch,
+        "run_id": sample.run_id, "score": sample.score, "cost_micros": sample.cost_micros,
+        "latency_ms": sample.latency_ms, "live": sample.live, "output": text,
+        "scores": json.dumps({name: score.value for name, score in scores.items()}),
+        "error": f"{error.code}: {error.cause}" if error else None,
+    })
+    return sample
 
 
 def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str | None = None) -> None:
-    """Spool the eval run, its cases and every sample (fail-open, like every recording). `status`:
-    pass, regression, error (no verdict), recorded (a baseline was written) or compared (a cell of
-    `workbench eval compare`); `verdict`: the gate's, when it judged."""
+    """Spool the eval run and its cases (fail-open, like every recording); each sample was spooled
+    as it ended. `status`: pass, regression, error (no verdict), recorded (a baseline was written)
+    or compared (a cell of `workbench eval compare`); `verdict`: the gate's, when it judged."""
     spool = recorder().spool
     judged = {case.case_id: case for case in verdict.cases} if verdict is not None else {}
-    spool.append("eval_run", {
-        "eval_run_id": eval_run.eval_run_id, "suite": eval_run.suite.name, "prompt_id": eval_run.prompt.id,
-        "prompt_version": eval_run.prompt.version, "prompt_hash": eval_run.prompt.hash, "model": eval_run.model,
-        "mode": eval_run.mode, "git_commit": eval_run.git_commit,
-        "started_at": eval_run.started_at.isoformat() if eval_run.started_at else None,
-        "ended_at": eval_run.ended_at.isoformat() if eval_run.ended_at else None,
-        "mean_score": eval_run.mean, "baseline_mean": verdict.baseline_mean if verdict is not None else None,
-        "tolerance": eval_run.suite.tolerance, "verdict": status, "error_code": error_code,
-        "cases": len(eval_run.results), "failed_cases": sum(case.failed for case in judged.values()),
-        "cost_micros": eval_run.cost_micros, "epochs": eval_run.epochs, "spread": eval_run.spread,
-        "confidence": verdict.confidence if verdict is not None else eval_run.suite.confidence,
-        "errored_cases": len(eval_run.errored), "matrix_id": eval_run.matrix_id,
-        "matrix_reference": eval_run.matrix_reference if eval_run.matrix_id else None,
-    })
+    _store_run_row(eval_run, status, verdict, error_code, failed_cases=sum(case.failed for case in judged.values()))
     appended = 0
     for result in eval_run.results:
         case = judged.get(result.case_id)
@@ -505,15 +548,26 @@ def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
             "samples": len(result.samples), "spread": result.spread, "p_value": case.p_value if case else None,
         })
-        for sample in result.samples:
-            spool.append("eval_sample", {
-                "eval_run_id": eval_run.eval_run_id, "case_id": result.case_id, "epoch": sample.epoch,
-                "run_id": sample.run_id, "score": sample.score, "cost_micros": sample.cost_micros,
-                "latency_ms": sample.latency_ms, "live": sample.live, "output": sample.output,
-                "scores": json.dumps({name: score.value for name, score in sample.scores.items()}),
-                "error": f"{sample.error.code}: {sample.error.cause}" if sample.error else None,
-            })
-        appended += 1 + len(result.samples)
+        appended += 1
         if appended >= STORE_BATCH:  # written as they come: a large suite's rows never wait all at once
             spool.flush(ingest=False)  # (encoded and written now, not all held in memory at the end)
             appended = 0
+
+
+def _store_run_row(eval_run: EvalRun, status: str, verdict=None, error_code: str | None = None,
+                   failed_cases: int | None = None, started: bool = False) -> None:
+    """The eval run's own row. `started`: the row of a run under way (no end, no figures yet)."""
+    recorder().spool.append("eval_run", {
+        "eval_run_id": eval_run.eval_run_id, "suite": eval_run.suite.name, "prompt_id": eval_run.prompt.id,
+        "prompt_version": eval_run.prompt.version, "prompt_hash": eval_run.prompt.hash, "model": eval_run.model,
+        "mode": eval_run.mode, "git_commit": eval_run.git_commit,
+        "started_at": eval_run.started_at.isoformat() if eval_run.started_at else None,
+        "ended_at": eval_run.ended_at.isoformat() if eval_run.ended_at else None,
+        "mean_score": eval_run.mean, "baseline_mean": verdict.baseline_mean if verdict is not None else None,
+        "tolerance": eval_run.suite.tolerance, "verdict": status, "error_code": error_code,
+        "cases": len(eval_run.suite.cases) if started else len(eval_run.results), "failed_cases": failed_cases,
+        "cost_micros": None if started else eval_run.cost_micros, "epochs": eval_run.epochs, "spread": eval_run.spread,
+        "confidence": verdict.confidence if verdict is not None else eval_run.suite.confidence,
+        "errored_cases": None if started else len(eval_run.errored), "matrix_id": eval_run.matrix_id,
+        "matrix_reference": eval_run.matrix_reference if eval_run.matrix_id else None,
+    })
