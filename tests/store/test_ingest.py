@@ -276,7 +276,7 @@ def test_rollups_folded_batch_by_batch_are_those_made_from_every_stored_call(tmp
     def same(con) -> None:
         for spec in rollup.ROLLUPS:
             stored = sorted(con.execute(f"SELECT * FROM {spec.table}").fetchall(), key=repr)
-            assert stored == sorted(con.execute(spec.aggregate("calls")).fetchall(), key=repr), spec.table
+            assert stored == sorted(con.execute(spec.aggregate(spec.source)).fetchall(), key=repr), spec.table
 
     for first in range(0, 60, 20):
         for index in range(first, first + 20):
