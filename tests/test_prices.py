@@ -147,3 +147,59 @@ def test_the_shipped_gemini_rows_charge_what_the_library_charges(name):
     usages = _usages(sheet) + _usages(row) + [Usage(input_tokens=150_000, cache_read_tokens=60_000, output_tokens=9)]
     for usage in (usage.model_copy(update={"cache_write_tokens": 0, "cache_write_1h_tokens": 0}) for usage in usages):
         assert price_with(row, usage).cost_micros == price_with(sheet, usage).cost_micros, usage
+
+
+LOOKUPS_CHILD = r"""
+import json, sys
+from datetime import datetime, timezone
+from pathlib import Path
+from workbench import prices
+prices.use_lookups(Path(sys.argv[1]))
+prices.warm_up()
+at = datetime.fromisoformat(sys.argv[2])
+sheets = {name: prices.library_sheet(name, provider, at=at) for name, provider in json.loads(sys.argv[3])}
+print(json.dumps({"imported": "genai_prices" in sys.modules,
+                  "sheets": {name: sheet and sheet.model_dump(mode="json") for name, sheet in sheets.items()}}))
+"""
+
+
+def _look_up(folder: Path, at: str, models: list) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", LOOKUPS_CHILD, str(folder), at, json.dumps(models)],
+                            capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+def test_a_later_process_prices_the_models_looked_up_before_without_importing_the_library(tmp_path):
+    dated = next((info.id, provider_id, start) for provider_id, info, _, start in prices.library_prices()
+                 if start is not None and isinstance(info.prices, list)
+                 and all(type(c.constraint).__name__ in ("NoneType", "StartDateConstraint") for c in info.prices))
+    name, provider, start = dated
+    models = [["gpt-4o-mini", "openai"], [name, provider], ["in-house-70b", "openai"]]
+    first = _look_up(tmp_path, "2026-01-01T00:00:00+00:00", models)
+    assert first["imported"]
+    (kept,) = tmp_path.glob("prices-*.json")
+    assert kept.stat().st_mode & 0o077 == 0  # private by default
+    # the same answers from the file, the library never imported: now, and on either side of a price's start day
+    for at in ("2026-01-01T00:00:00+00:00", f"{start.isoformat()}T00:00:00+00:00",
+               f"{start.isoformat()}T00:00:00+05:00", f"{start.replace(year=start.year - 1).isoformat()}T12:00:00"):
+        later = _look_up(tmp_path, at, models)
+        assert not later["imported"]
+        direct = {model: prices.library_sheet(model, provider_, at=datetime.fromisoformat(at))
+                  for model, provider_ in models}
+        assert later["sheets"] == {model: sheet and sheet.model_dump(mode="json") for model, sheet in direct.items()}
+    assert later["sheets"]["in-house-70b"] is None
+    # a model not looked up before still gets its price, from the library
+    assert _look_up(tmp_path, "2026-01-01T00:00:00+00:00", [["gpt-4o", "openai"]])["imported"]
+
+
+def test_a_damaged_lookups_file_is_ignored_and_the_library_answers(tmp_path):
+    _look_up(tmp_path, "2026-01-01T00:00:00+00:00", [["gpt-4o-mini", "openai"]])
+    (kept,) = tmp_path.glob("prices-*.json")
+    kept.write_text('[["openai", null, "gpt-4o-mini", [[null, {"id": 7}]]]')
+    again = _look_up(tmp_path, "2026-01-01T00:00:00+00:00", [["gpt-4o-mini", "openai"]])
+    assert again["imported"]
+    assert again["sheets"]["gpt-4o-mini"]["source"].startswith(f"genai-prices {VERSION}: openai/gpt-4o-mini")

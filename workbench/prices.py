@@ -14,18 +14,24 @@ the total input passes a threshold, as `long_context` tiers do. A model priced p
 character or for reasoning apart from output, or with no input price, is left unpriced: its bill would need counters calls
 do not carry, and a partial price would be wrong without saying so.
 
-Importing the library takes about 0.7 s of CPU, so it is loaded only when a call needs it: on a
+Importing the library takes about 0.5-0.7 s of CPU, so it is loaded only when a call needs it: on a
 background thread as recording starts in a project with no price rows of its own (`warm_up`), else at
-the first call no project row prices. The lookups are cached per provider and model name.
+the first call no project row prices. The lookups are cached per provider and model name, in the
+process and, when the recorder names a file (`use_lookups`), on disk per library version: a later
+process (a pytest session, an eval) that prices only models looked up before never imports it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from datetime import date, datetime, timezone
 from decimal import Decimal
+from pathlib import Path
 
 from workbench.models import LongContextTier, PriceSheet
 from workbench.money import decimal_price
@@ -44,6 +50,9 @@ _lock = threading.Lock()
 _state: dict = {}  # "snapshot", "version", or "failed"
 _found: dict[tuple[str | None, str | None, str], object] = {}  # (provider, url, model) -> ModelInfo | None
 _sheets: dict[tuple[int, int], PriceSheet | None] = {}  # (id(ModelInfo), id(ModelPrice)) -> sheet
+# (provider, url, model) -> None (not in the library) or its dated sheets, [(start day or None, sheet)]
+# in the library's order, kept on disk at `_lookups["path"]` (`use_lookups`)
+_lookups: dict = {"path": None, "found": {}}
 
 
 def _snapshot():
@@ -67,9 +76,79 @@ def _snapshot():
 
 
 def warm_up() -> None:
-    """Import the library on a daemon thread, so the first call a run prices does not wait for it."""
-    if "snapshot" not in _state and "failed" not in _state:
+    """Import the library on a daemon thread, so the first call a run prices does not wait for it,
+    unless earlier lookups kept on disk (`use_lookups`) may spare it."""
+    if "snapshot" not in _state and "failed" not in _state and not _lookups["found"]:
         threading.Thread(target=_snapshot, name="workbench-prices", daemon=True).start()
+
+
+def use_lookups(folder: Path) -> None:
+    """Keep the library's answers (each model looked up, its dated sheets) in `folder`, one file per
+    library version, and read those kept by earlier processes. A file that cannot be read or
+    written is ignored: the library answers instead."""
+    path, found = None, {}
+    try:
+        from importlib.metadata import version
+
+        # one file per library version and per version of this module (which makes the sheets)
+        made_by = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+        path = folder / f"prices-{version('genai-prices')}-{made_by}.json"
+        if path.is_file():
+            for entry in json.loads(path.read_text()):
+                provider, url, model, sheets = entry
+                found[(provider, url, model)] = None if sheets is None else [
+                    (date.fromisoformat(start) if start else None, PriceSheet.model_validate(sheet) if sheet else None)
+                    for start, sheet in sheets]
+    except Exception as exc:  # noqa: BLE001 - a cache never breaks pricing: the library answers instead
+        log.info("price lookups kept in %s not read (%s): the library answers", folder, exc)
+        found = {}
+    with _lock:
+        _lookups.update(path=path, found=found)
+
+
+def _keep(key: tuple, sheets: list[tuple[date | None, PriceSheet | None]] | None) -> None:
+    """Add one lookup to the file (written whole, atomically, readable by its owner only)."""
+    path = _lookups["path"]
+    with _lock:
+        _lookups["found"][key] = sheets
+        entries = [[*key, None if value is None else [[start.isoformat() if start else None,
+                                                       sheet.model_dump(mode="json") if sheet else None]
+                                                      for start, sheet in value]]
+                   for key, value in _lookups["found"].items()]
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(entries, handle)
+        os.replace(temporary, path)
+    except OSError as exc:
+        log.info("price lookups not kept in %s (%s)", path, exc)
+
+
+def _dated_sheets(provider: str | None, url: str | None, model: str) -> list[tuple[date | None, PriceSheet | None]] | None:
+    """The library's sheets for a model, each with the day it starts (None: always), in its order;
+    None when the library has no such model, or prices it by something else than the day (a time
+    of day): such a model is looked up in the library each time."""
+    found = _model_info(provider, url, model)
+    if found is None:
+        return None
+    library_provider, info = found
+    conditionals = info.prices if isinstance(info.prices, list) else None
+    if conditionals is None:
+        return [(None, _sheet(library_provider, info, info.prices))]
+    if any(c.constraint is not None and type(c.constraint).__name__ != "StartDateConstraint" for c in conditionals):
+        return None
+    return [(getattr(c.constraint, "start_date", None), _sheet(library_provider, info, c.prices)) for c in conditionals]
+
+
+def _sheet(library_provider, info, prices) -> PriceSheet | None:
+    key = (id(info), id(prices))
+    if key not in _sheets:
+        _sheets[key] = sheet_of(library_provider.id, info, prices, _start_of(info, prices))
+    return _sheets[key]
 
 
 def library_version() -> str | None:
@@ -108,16 +187,25 @@ def library_sheet(model: str | None, provider: str | None = None, url: str | Non
     when None), as a sheet; None when the library does not price it exactly."""
     if not model:
         return None
+    when = at or datetime.now(timezone.utc)
+    key = (provider, url, model)
+    if key in _lookups["found"]:
+        sheets = _lookups["found"][key]
+        if sheets is None:
+            return None
+        # as the library's `get_prices`: the last price whose start day the call's UTC day reached
+        day = (when.astimezone(timezone.utc) if when.tzinfo else when).date()
+        return next((sheet for start, sheet in reversed(sheets) if start is None or day >= start), sheets[0][1])
     found = _model_info(provider, url, model)
     if found is None:
+        if _snapshot() is not None:
+            _keep(key, None)
         return None
     library_provider, info = found
-    when = at or datetime.now(timezone.utc)
-    prices = info.get_prices(when)
-    key = (id(info), id(prices))
-    if key not in _sheets:
-        _sheets[key] = sheet_of(library_provider.id, info, prices, _start_of(info, prices))
-    return _sheets[key]
+    sheets = _dated_sheets(provider, url, model)
+    if sheets is not None:
+        _keep(key, sheets)
+    return _sheet(library_provider, info, info.get_prices(when))
 
 
 def _start_of(info, prices) -> date | None:

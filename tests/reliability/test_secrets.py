@@ -73,7 +73,7 @@ messages = [{"role": "user", "content": prompt}]
 recording = workbench.http_client(cassette="cassettes/canary.json", mode="record")
 client = openai.OpenAI(base_url=base + "/v1", api_key=spec["auth"], organization=spec["org"], project=spec["project"],
                        default_headers=headers, default_query=spec["query"], max_retries=0, http_client=recording)
-with workbench.run("canary", note="a run"):
+with workbench.run("canary " + spec["prompt_keys"][0], note="a run", token=spec["prompt_keys"][4]):
     client.chat.completions.create(model="wbt-gpt", messages=messages)
     for chunk in client.chat.completions.create(model="wbt-gpt", messages=messages, stream=True,
                                                 stream_options={"include_usage": True}):

@@ -18,10 +18,10 @@ from workbench.capture import clock, semconv
 from workbench.insight import prefix
 from workbench.capture.runs import Run, current_run
 from workbench.capture.tracing import tracer
-from workbench.config import Settings, load_settings_leniently
+from workbench.config import Settings, load_settings_leniently, work_dir_of
 from workbench.errors import WorkbenchError
 from workbench.models import ModelRegistry, load_registry, registry
-from workbench.prices import warm_up
+from workbench.prices import use_lookups, warm_up
 from workbench.store.spool import Spool, spool_for
 from workbench.wire import Call, Exchange, masked_call, parse_exchange, priced
 from workbench.wire.canonical import request_hash as hash_request
@@ -55,6 +55,7 @@ class Recorder:
         # the last request's headers and URL with their credential values: a provider sends the
         # same ones on every call, so they are read once (an immutable tuple: threads may share it)
         self._last_credentials: tuple[tuple, str, tuple[str, ...]] | None = None
+        use_lookups(work_dir_of(settings.db))  # the library's answers kept by earlier processes
         if not self.registry.rows():  # no project price at all: every call will need the price library, so
             warm_up()                 # it loads while the first calls are in flight (else on its first use)
 

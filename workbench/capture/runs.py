@@ -108,9 +108,11 @@ def current_run() -> Run | None:
 class Run:
     def __init__(self, name: str, kind: str, tags: dict, parent: Run | None, prompt: dict | None) -> None:
         self.run_id = new_id()
-        self.name = name
+        # a name or tag is the app's own text and may hold a pasted key: masked as a call's text is,
+        # before it reaches the span, the spool or the store
+        self.name = mask_secrets(name)
         self.kind = kind
-        self.tags = {key: str(value) for key, value in tags.items()}
+        self.tags = {mask_secrets(str(key)): mask_secrets(str(value)) for key, value in tags.items()}
         self.parent = parent
         self.prompt = prompt or (parent.prompt if parent else None) or {}
         self.status = "running"
