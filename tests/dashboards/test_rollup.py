@@ -99,6 +99,8 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
             with scope(con, f) if scoped else contextlib.nullcontext():
                 _same(q.unstable_prefix_runs(con, f), q.unstable_prefix_runs(con, f, raw=True))
                 _same(q.compaction_sources(con, f), q.compaction_sources(con, f, raw=True))
+                for limit in (2, 20):  # the groups shown, and the first two of them (ties cut by name)
+                    _same(q.changing_regions(con, f, limit), q.changing_regions(con, f, limit, raw=True))
                 for now in NOWS:  # before, among and after the writes' lives
                     _same(q.write_waste(con, f, now=now), q.write_waste(con, f, raw=True, now=now))
                 assert q.outside_runs_spend(con, f) == q.outside_runs_spend(con, f, raw=True)
@@ -116,6 +118,7 @@ def _insight(calls: list[dict], draw) -> list[dict]:
         verdict = draw(st.sampled_from(VERDICTS)) if call["settled"] else None
         call["cache_verdict"] = verdict
         call["cache_miss_micros"] = draw(st.sampled_from([None, 0, 1234, 99])) if verdict not in (None, "hit") else None
+        call["cache_region"] = draw(st.sampled_from([None, "system block 0", "tool list"])) if verdict else None
         if call["cache_write_tokens"]:
             call["cache_write_micros"] = draw(st.sampled_from([None, 375, 1_000_001]))
             life = draw(st.sampled_from([None, timedelta(minutes=5), timedelta(days=30)]))

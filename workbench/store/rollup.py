@@ -4,8 +4,8 @@ key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUN
 run, and the spend cube of the calls a run name or tag selects), and the live calls' latencies
 counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`: the Overview's percentiles, within
 `LATENCY_ERROR`); the judged cache writes and those a later hit read (`WRITES`, `READS`: the prompt
-cache page's write fates) and each compaction's later calls (`REACH`: the compaction page's saved
-tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
+cache page's write fates), the changed prefixes (`CHANGES`: its changing regions) and each
+compaction's later calls (`REACH`: the compaction page's saved tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
 every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
 answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
 or a rollup does not count every stored call.
@@ -38,6 +38,10 @@ class Rollup:
     measures: tuple[tuple[str, str, str], ...]
     # the table whose rows it counts (`calls`: its `calls` measure counts them) and folds as they are written
     of: str = "calls"
+    text: tuple[str, ...] = ()  # the measures that are text (a min or max of strings); the others BIGINT
+
+    def _type(self, measure: str) -> str:
+        return "VARCHAR" if measure in self.text else "BIGINT"
 
     @property
     def source(self) -> str:
@@ -47,18 +51,18 @@ class Rollup:
     @property
     def table_sql(self) -> str:
         return (f"CREATE TABLE {self.table} (" + ", ".join(f"{name} {kind}" for name, kind, _ in self.keys) + ", "
-                + ", ".join(f"{name} BIGINT" for name, _, _ in self.measures) + ");")
+                + ", ".join(f"{name} {self._type(name)}" for name, _, _ in self.measures) + ");")
 
     def aggregate(self, source: str) -> str:
         """The rollup rows of the calls in `source` (a table or a subquery), one per group."""
         return (f"SELECT {', '.join(f'{expr} AS {name}' for name, _, expr in self.keys)}, "
-                + ", ".join(f"({expr})::BIGINT AS {name}" for name, expr, _ in self.measures)
+                + ", ".join(f"({expr})::{self._type(name)} AS {name}" for name, expr, _ in self.measures)
                 + f" FROM {source} c GROUP BY ALL")
 
     def merged(self, rows: str) -> str:
         """`rows` (rollup rows, several per group) merged to one row per group."""
         return (f"SELECT {', '.join(name for name, _, _ in self.keys)}, "
-                + ", ".join(f"{merge}({name})::BIGINT AS {name}" for name, _, merge in self.measures)
+                + ", ".join(f"{merge}({name})::{self._type(name)} AS {name}" for name, _, merge in self.measures)
                 + f" FROM ({rows}) GROUP BY ALL")
 
     def merge(self, source: str) -> str:
@@ -201,6 +205,23 @@ _WRITE_MEASURES = (
 WRITES = Rollup("cache_write_rollup", _WRITE_KEYS, _WRITE_MEASURES)
 READS = Rollup("cache_read_rollup", _WRITE_KEYS, _WRITE_MEASURES, of="cache_reads")
 
+# The prompt cache page's changing prefixes (`queries.insight.changing_regions`): the calls judged
+# `prefix_changed` per UTC day, filter value and region that changed, with what their misses lost,
+# a currency and the greatest call id (the example whose diff is shown); every other call counts
+# with a null region.
+CHANGED = "c.cache_verdict = 'prefix_changed'"
+CHANGES = Rollup(
+    "prefix_change_rollup",
+    (("day_n", "INTEGER", _DAY), *_DIMENSIONS, ("replayed", "BOOLEAN", "coalesce(c.replayed, false)"),
+     ("region", "VARCHAR", f"CASE WHEN {CHANGED} THEN c.cache_region END")),
+    (("calls", "count(*)", "sum"),
+     ("changed", f"count(*) FILTER (WHERE {CHANGED})", "sum"),
+     ("lost_micros", f"sum(c.cache_miss_micros) FILTER (WHERE {CHANGED})", "sum"),
+     ("currency", f"min(c.currency) FILTER (WHERE {CHANGED})", "min"),
+     ("example_call_id", f"max(c.call_id) FILTER (WHERE {CHANGED})", "max")),
+    text=("currency", "example_call_id"),
+)
+
 # The compaction page's saved tokens (`queries.insight.compaction_sources`): per compaction, the
 # settled calls of its run from it to the run's next compaction (an `ok` or inferred one; those
 # are `marked`). A write of calls adds its calls to the compaction before each (`add_calls`); a
@@ -235,7 +256,7 @@ REACH = Rollup(
 # what a rollup of reads or compactions sums, as calls `c` (a read whose writer is not stored counts with null keys)
 _OF = {"cache_reads": lambda reads: f"(SELECT c.* FROM {reads} r LEFT JOIN calls c ON c.call_id = r.call_id)",
        "compactions": lambda _: _reach()}
-ROLLUPS = (DAILY, RUNS, TTFB, DURATION, WRITES, READS, REACH)
+ROLLUPS = (DAILY, RUNS, TTFB, DURATION, WRITES, READS, REACH, CHANGES)
 
 
 def recount_compactions(con: duckdb.DuckDBPyConnection, batch: str) -> None:

@@ -321,6 +321,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         f"DROP TABLE call_run_rollup;\n{rollup.RUNS.table_sql}\n"
         f"INSERT INTO call_run_rollup {rollup.RUNS.aggregate('calls')};",
     ),
+    (
+        "0017_dash14_prefix_change_rollup",
+        # the calls judged `prefix_changed` per UTC day, filter value and region, kept with every
+        # write of calls (workbench/store/rollup.py `CHANGES`); filled here from the calls stored
+        f"{rollup.CHANGES.table_sql}\nINSERT INTO {rollup.CHANGES.table} {rollup.CHANGES.aggregate('calls')};",
+    ),
 ]
 
 

@@ -157,13 +157,20 @@ def unstable_prefix_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int 
         WHERE p.calls >= 2 AND p.first_write_t = p.t0 AND coalesce(p.last_read_t, p.t0) <= p.t0
         ORDER BY p.write_tokens DESC, p.run_id LIMIT $limit"""
     if not raw and runs_rolled_up(con, f):
+        # only the runs with a row that could hold their first call (it wrote, and read nothing
+        # later) are merged: that row is the run's first and only reads before it, else the run is
+        # not unstable; merging every run's rows was 1.3 s at 10,000,000 calls
         return _rrq(con, f, """
-            , per_run AS (
+            , starts AS (
+                SELECT DISTINCT c.run_id FROM fc c
+                WHERE c.settled > 0 AND c.run_id IS NOT NULL AND c.first_write_at = c.first_at
+                      AND coalesce(c.last_read_at, c.first_at) <= c.first_at),
+            per_run AS (
                 SELECT c.run_id, sum(c.settled)::BIGINT AS calls, min(c.first_at) AS t0,
                        min(c.first_write_at) AS first_write_t, max(c.last_read_at) AS last_read_t,
                        sum(c.write_tokens)::BIGINT AS write_tokens, sum(c.cost_micros)::BIGINT AS cost_micros,
                        min(c.model) AS model
-                FROM fc c WHERE c.settled > 0 AND c.run_id IS NOT NULL GROUP BY c.run_id)""" + unstable, {"limit": limit})
+                FROM fc c WHERE c.settled > 0 AND c.run_id IN (SELECT run_id FROM starts) GROUP BY c.run_id)""" + unstable, {"limit": limit})
     return _q(con, f, f"""
         , per_run AS (
             SELECT c.run_id, count(*) AS calls, min(epoch_us(c.started_at)) AS t0,

@@ -116,20 +116,35 @@ _VERDICT_ROWS = """
         FROM by_verdict ORDER BY lost_micros DESC, calls DESC"""
 
 
-def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
+def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20, raw: bool = False
+                     ) -> pl.DataFrame:
     """The prompts whose prefix keeps changing: prefix_changed calls by prompt (or model, without a
-    declared prompt) and the region that changed, with the money those misses lost and one diff
-    (looked up for the few groups shown, not joined over every call)."""
+    declared prompt) and the region that changed, with the money those misses lost, a currency
+    (the first by name when they had several) and one diff (looked up for the few groups shown, not
+    joined over every call). From their rollup (`rollup.CHANGES`) when it can answer `f` (as
+    `rolled_up`), unless `raw`: the same figures."""
+    # ties ordered by the group's names, so the groups shown are the same whichever way they are read
+    shown = """
+        SELECT g.* EXCLUDE (example_call_id), p.diff AS example_diff
+        FROM groups g LEFT JOIN call_prefixes p ON p.call_id = g.example_call_id
+        ORDER BY g.lost_micros DESC, g.calls DESC, g.prompt_id, g.prompt_version, g.model, g.region"""
+    if not raw and rolled_up(con, f) and scoped(con, f, "changes_whole", lambda: rollup.whole(con, rollup.CHANGES)):
+        built = _Sql(f)
+        preds = " AND ".join(built._days() + built._call_level(model="c.model") + ["c.changed > 0"])
+        return _frame(con, f"""
+            WITH groups AS (
+                SELECT coalesce(c.prompt_id, '(no prompt)') AS prompt_id, c.prompt_version, c.model, c.region,
+                       sum(c.changed)::BIGINT AS calls, coalesce(sum(c.lost_micros), 0)::BIGINT AS lost_micros,
+                       min(c.currency) AS currency, max(c.example_call_id) AS example_call_id
+                FROM {rollup.CHANGES.table} c WHERE {preds} GROUP BY ALL
+                ORDER BY lost_micros DESC, calls DESC, prompt_id, prompt_version, model, region LIMIT $limit)""" + shown, {**built.params, "limit": limit})
     return _q(con, f, f"""
         , groups AS (
             SELECT coalesce(c.prompt_id, '(no prompt)') AS prompt_id, c.prompt_version, {_MODEL} AS model,
                    c.cache_region AS region, count(*) AS calls, coalesce(sum(c.cache_miss_micros), 0)::BIGINT AS lost_micros,
-                   any_value(c.currency) AS currency, max(c.call_id) AS example_call_id
-            FROM fc c WHERE c.cache_verdict = 'prefix_changed' GROUP BY ALL
-            ORDER BY lost_micros DESC, calls DESC LIMIT $limit)
-        SELECT g.* EXCLUDE (example_call_id), p.diff AS example_diff
-        FROM groups g LEFT JOIN call_prefixes p ON p.call_id = g.example_call_id
-        ORDER BY g.lost_micros DESC, g.calls DESC""", {"limit": limit})
+                   min(c.currency) AS currency, max(c.call_id) AS example_call_id
+            FROM fc c WHERE {rollup.CHANGED} GROUP BY ALL
+            ORDER BY lost_micros DESC, calls DESC, prompt_id, prompt_version, model, region LIMIT $limit)""" + shown, {"limit": limit})
 
 
 def write_waste(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False,
@@ -208,25 +223,33 @@ def compaction_sources(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = F
     later call of its run until the run's next one (`saved_tokens`), and what the summaries and the
     cache writes they forced cost. Each compaction's later calls are read from their rollup
     (`rollup.REACH`) when it counts every compaction, unless `raw`: the same figures."""
-    if not raw and scoped(con, f, "reach_whole", lambda: rollup.whole(con, rollup.REACH)):
-        following = f"""
-            SELECT r.compaction_id, sum(r.later_calls) AS later_calls FROM {rollup.REACH.table} r
-            WHERE r.compaction_id IN (SELECT compaction_id FROM marked) GROUP BY r.compaction_id"""
-    else:  # counts the joined run ids (never null), so no call id is read or carried
-        following = f"""
-            SELECT m.compaction_id, count(c.run_id) AS later_calls
-            FROM ({rollup.marked("x.run_id IN (SELECT run_id FROM marked)")}) m
-            LEFT JOIN calls c ON {rollup.LATER} WHERE m.marked GROUP BY m.compaction_id"""
-    return _q(con, f, f"""
+    marked = """
         , marked AS (
             SELECT x.*, coalesce(x.source, 'reported') AS src
-            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred'),
-        following AS ({following})
+            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred')"""
+    totals = """
         SELECT m.src AS source, count(*) AS compactions,
                count(*) FILTER (WHERE m.detected) AS seen_in_traffic,
                coalesce(sum(m.tokens_before - m.tokens_after), 0)::BIGINT AS tokens_removed,
-               coalesce(sum((m.tokens_before - m.tokens_after) * coalesce(f.later_calls, 0)), 0)::BIGINT AS saved_tokens,
+               {saved} AS saved_tokens,
                coalesce(sum(m.cost_micros), 0)::BIGINT AS summary_micros,
                coalesce(sum(m.recache_write_tokens), 0)::BIGINT AS recache_write_tokens,
                coalesce(sum(m.recache_cost_micros), 0)::BIGINT AS recache_micros
-        FROM marked m LEFT JOIN following f USING (compaction_id) GROUP BY m.src ORDER BY m.src DESC""")
+        FROM marked m {join} GROUP BY m.src ORDER BY m.src DESC"""
+    if not raw and scoped(con, f, "reach_whole", lambda: rollup.whole(con, rollup.REACH)):
+        # the tokens saved summed over the compactions' rollup rows in one join (a product summed
+        # row by row is the product of the summed later calls), apart from the counts of compactions
+        return _q(con, f, marked + f"""
+            , saved AS (
+                SELECT m.src, sum((m.tokens_before - m.tokens_after) * r.later_calls) AS saved_tokens
+                FROM marked m JOIN {rollup.REACH.table} r USING (compaction_id) GROUP BY m.src)
+            """ + totals.format(saved="coalesce(any_value(s.saved_tokens), 0)::BIGINT",
+                                join="LEFT JOIN saved s USING (src)"))
+    # counts the joined run ids (never null), so no call id is read or carried
+    return _q(con, f, marked + f"""
+        , following AS (
+            SELECT m.compaction_id, count(c.run_id) AS later_calls
+            FROM ({rollup.marked("x.run_id IN (SELECT run_id FROM marked)")}) m
+            LEFT JOIN calls c ON {rollup.LATER} WHERE m.marked GROUP BY m.compaction_id)
+        """ + totals.format(saved="coalesce(sum((m.tokens_before - m.tokens_after) * coalesce(f.later_calls, 0)), 0)"
+                                  "::BIGINT", join="LEFT JOIN following f USING (compaction_id)"))

@@ -41,25 +41,30 @@ def compaction_events(con: duckdb.DuckDBPyConnection, f: Filters, failed_only: b
                       limit: int = 500) -> pl.DataFrame:
     """The latest compactions (or only those whose outcome is not `ok`), with their run's name."""
     where = "WHERE x.outcome IS DISTINCT FROM 'ok'" if failed_only else ""
+    # the latest picked before their runs are joined: joined first, every compaction met the
+    # runs (0.48 s at 500,000 compactions and 1,000,000 runs)
     return _q(con, f, f"""
+        , latest AS (SELECT * FROM fx x {where} ORDER BY x.occurred_at DESC, x.compaction_id LIMIT $limit)
         SELECT x.occurred_at, x.run_id, r.name AS run_name, coalesce(x.source, 'reported') AS source, x.turn,
                x.outcome, x.tokens_before, x.tokens_after, x.limit_tokens, x.summarised_turns, x.kept_turns, x.model,
                x.cost_micros, x.compaction_id
-        FROM fx x LEFT JOIN runs r USING (run_id) {where}
-        ORDER BY x.occurred_at DESC, x.compaction_id LIMIT $limit""", {"limit": limit})
+        FROM latest x LEFT JOIN runs r USING (run_id)
+        ORDER BY x.occurred_at DESC, x.compaction_id""", {"limit": limit})
 
 
 def compaction_top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
+    # ranked before the runs' names are joined, to the few shown (see `compaction_events`)
     return _q(con, f, """
-        SELECT x.run_id, any_value(r.name) AS run_name, count(*) AS compactions,
-               count(*) FILTER (WHERE x.outcome IS DISTINCT FROM 'ok') AS failed,
-               coalesce(sum(x.tokens_before - x.tokens_after), 0)::BIGINT AS tokens_removed,
-               coalesce(sum(x.cost_micros), 0)::BIGINT AS cost_micros
-        FROM fx x LEFT JOIN runs r USING (run_id) WHERE x.run_id IS NOT NULL GROUP BY x.run_id
-        ORDER BY compactions DESC, tokens_removed DESC, x.run_id LIMIT $limit""", {"limit": limit})
-
-
-# -- Evals ---------------------------------------------------------------------------------------
+        , top AS (
+            SELECT x.run_id, count(*) AS compactions,
+                   count(*) FILTER (WHERE x.outcome IS DISTINCT FROM 'ok') AS failed,
+                   coalesce(sum(x.tokens_before - x.tokens_after), 0)::BIGINT AS tokens_removed,
+                   coalesce(sum(x.cost_micros), 0)::BIGINT AS cost_micros
+            FROM fx x WHERE x.run_id IS NOT NULL GROUP BY x.run_id
+            ORDER BY compactions DESC, tokens_removed DESC, x.run_id LIMIT $limit)
+        SELECT t.run_id, r.name AS run_name, t.compactions, t.failed, t.tokens_removed, t.cost_micros
+        FROM top t LEFT JOIN runs r USING (run_id)
+        ORDER BY t.compactions DESC, t.tokens_removed DESC, t.run_id""", {"limit": limit})
 
 
 def has_tables(con: duckdb.DuckDBPyConnection, *names: str) -> bool:
