@@ -124,11 +124,13 @@ def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20
     joined over every call). From their rollup (`rollup.CHANGES`) when it can answer `f` (as
     `rolled_up`), unless `raw`: the same figures."""
     # ties ordered by the group's names, so the groups shown are the same whichever way they are read
-    shown = """
+    order = "lost_micros DESC, calls DESC, prompt_id, prompt_version, model, region"
+    shown = f"""
         SELECT g.* EXCLUDE (example_call_id), p.diff AS example_diff
         FROM groups g LEFT JOIN call_prefixes p ON p.call_id = g.example_call_id
-        ORDER BY g.lost_micros DESC, g.calls DESC, g.prompt_id, g.prompt_version, g.model, g.region"""
-    if not raw and rolled_up(con, f) and scoped(con, f, "changes_whole", lambda: rollup.whole(con, rollup.CHANGES)):
+        ORDER BY {order}"""
+    if not raw and rolled_up(con, f) and scoped(con, f, "changes_whole",
+                                                lambda: rollup.whole(con, rollup.CHANGES)):
         built = _Sql(f)
         preds = " AND ".join(built._days() + built._call_level(model="c.model") + ["c.changed > 0"])
         return _frame(con, f"""
@@ -137,14 +139,14 @@ def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20
                        sum(c.changed)::BIGINT AS calls, coalesce(sum(c.lost_micros), 0)::BIGINT AS lost_micros,
                        min(c.currency) AS currency, max(c.example_call_id) AS example_call_id
                 FROM {rollup.CHANGES.table} c WHERE {preds} GROUP BY ALL
-                ORDER BY lost_micros DESC, calls DESC, prompt_id, prompt_version, model, region LIMIT $limit)""" + shown, {**built.params, "limit": limit})
+                ORDER BY {order} LIMIT $limit)""" + shown, {**built.params, "limit": limit})
     return _q(con, f, f"""
         , groups AS (
             SELECT coalesce(c.prompt_id, '(no prompt)') AS prompt_id, c.prompt_version, {_MODEL} AS model,
                    c.cache_region AS region, count(*) AS calls, coalesce(sum(c.cache_miss_micros), 0)::BIGINT AS lost_micros,
                    min(c.currency) AS currency, max(c.call_id) AS example_call_id
             FROM fc c WHERE {rollup.CHANGED} GROUP BY ALL
-            ORDER BY lost_micros DESC, calls DESC, prompt_id, prompt_version, model, region LIMIT $limit)""" + shown, {"limit": limit})
+            ORDER BY {order} LIMIT $limit)""" + shown, {"limit": limit})
 
 
 def write_waste(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False,
