@@ -287,3 +287,39 @@ def test_rollups_folded_batch_by_batch_are_those_made_from_every_stored_call(tmp
         with open_store(db, read_only=True) as con:
             assert con.execute("SELECT count(*) FROM calls").fetchall() == [(first + 20,)]
             same(con)
+
+
+def test_a_batch_cut_keeps_each_replayed_call_with_the_prefix_the_recorder_spooled_after_it(tmp_path):
+    """The recorder spools a call, its body, then its prefix: a cut by the budget moves all three to
+    the next batch. Cut between the call and its prefix, the call was judged with a prefix built from
+    its capped body, and the captured prefix then hit that row's key in the next batch, which was
+    redone through the conflict path (a wasted transaction at nearly every cut of an eval's spool)."""
+    import shutil
+
+    import workbench
+    from workbench.capture.recorder import recorder
+    from workbench.evaluate.gate import evaluate
+    from workbench.evaluate.suite import load_suites
+    from workbench.store.ingest import _read_lines
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "evals", tmp_path / "evals", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repo / "cassettes", tmp_path / "cassettes")
+    shutil.copy(repo / "models.toml", tmp_path / "models.toml")
+    workbench.configure(db=tmp_path / "wb.duckdb")
+    try:
+        assert evaluate(load_suites([tmp_path / "evals" / "classifier.py"])["classifier"]).exit_code == 0
+        recorder().spool.flush(ingest=False)
+        (spool,) = recorder().spool.spool_dir.glob("*.jsonl")
+        whole = spool.read_bytes()
+        offset, batches = 0, []
+        while offset < len(whole):
+            data, offset = _read_lines(spool, offset, limit=6000)  # a cut every call or two
+            batches.append([json.loads(line) for line in data.splitlines()])
+    finally:
+        workbench.configure()
+    assert sum(batches, []) == [json.loads(line) for line in whole.splitlines()]  # nothing lost or read twice
+    ids = [{kind: {line["row"]["call_id"] for line in batch if line["kind"] == kind} for kind in ("call", "call_prefix")}
+           for batch in batches]
+    assert sum(len(batch["call"]) for batch in ids) == 8 and len(batches) > 3
+    assert all(batch["call"] == batch["call_prefix"] for batch in ids), ids

@@ -99,16 +99,18 @@ _CALL_LINE = re.compile(rb'\n\{"kind": ?"(call|call_prefix)"')
 
 
 def _before_last_call(data: bytes, end: int) -> int:
-    """Where to end a batch of the lines in `data[:end + 1]` so the last call's records (its prefix
-    line, then the call, then its body) go in together with the next batch: insight judges a call
-    with its prefix, once. `end` itself when no call starts after the first line."""
+    """Where to end a batch of the lines in `data[:end + 1]` so the last call's records go in
+    together with the next batch: insight judges a call with its prefix, once. The recorder spools
+    the call, its body, then its prefix; a prefix line right before the call (the ingest benchmark's
+    order) goes with it too. `end` itself when no call starts after the first line."""
     starts = [(match.start(), match.group(1)) for match in _CALL_LINE.finditer(data, 0, end)]
-    if not starts:
+    calls = [index for index, (_, kind) in enumerate(starts) if kind == b"call"]
+    if not calls:  # a prefix here follows its call: the first line, or a line of the batch before
         return end
-    cut, kind = starts[-1]
-    if kind == b"call" and len(starts) > 1 and starts[-2][1] == b"call_prefix" \
-            and data.rfind(b"\n", 0, cut) == starts[-2][0]:  # the prefix line right before it
-        cut = starts[-2][0]
+    last = calls[-1]
+    cut = starts[last][0]
+    if last and starts[last - 1][1] == b"call_prefix" and data.rfind(b"\n", 0, cut) == starts[last - 1][0]:
+        cut = starts[last - 1][0]  # the prefix line right before it
     return cut if cut > 0 else end
 
 
