@@ -234,6 +234,33 @@ def test_a_batch_duckdb_cannot_do_within_the_limit_is_done_again_without_it(tmp_
         assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] != "976.5 KiB"
 
 
+def test_a_batch_whose_commit_runs_out_of_the_limit_is_done_again_without_it(tmp_path, caplog, monkeypatch):
+    """DuckDB says it ran out of memory at COMMIT as a TransactionException (the keys' indexes it
+    checks there grow with the store): that batch too is done again without the limit. Before, the
+    ingester ended there, and every later one at the same batch: a 100,000-case eval's results never
+    reached the store."""
+    from workbench.store import ingest
+
+    real, failed = ingest._transaction, []
+
+    def transaction(con, *args):
+        if con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == _limit_shown(ingest.INGEST_MEMORY_LIMIT):
+            failed.append(True)  # what DuckDB 1.x raised at a 186 MB store's COMMIT, word for word
+            raise duckdb.TransactionException("TransactionContext Error: Failed to commit: could not allocate block "
+                                              "of size 256.0 KiB (60.9 MiB/61.0 MiB used)")
+        return real(con, *args)
+
+    monkeypatch.setattr(ingest, "_transaction", transaction)
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 500)
+    with caplog.at_level("INFO", logger="workbench.store"):
+        assert ingest_spools(db, spool, own_process=True) == 1_500
+    assert failed == [True] and "ingesting without the limit" in caplog.text
+    assert _rows(db, "SELECT count(*), count(DISTINCT call_id) FROM calls JOIN call_bodies USING (call_id)") == [
+        (500, 500)]
+    assert not list(spool.glob("*.jsonl"))
+
+
 def test_an_ingest_inside_an_apps_process_leaves_duckdbs_memory_alone(tmp_path, caplog, monkeypatch):
     """The limit is the database instance's: a dashboard or an app ingesting before it reads shares
     that instance with its own queries, which the ingester's limit must not starve."""

@@ -486,8 +486,8 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
 
         try:
             total += commit()
-        except duckdb.OutOfMemoryException:
-            if not limited:
+        except duckdb.Error as exc:
+            if not limited or not _out_of_memory(exc):
                 raise
             log.info("a batch needed more than %s of DuckDB's memory: ingesting without the limit", INGEST_MEMORY_LIMIT)
             _reset_memory(con)
@@ -497,6 +497,17 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
         for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
             path.unlink(missing_ok=True)
     return total
+
+
+# DuckDB's buffer manager's words for it ("could not allocate block of size 256.0 KiB", "failed to pin block")
+_NO_MEMORY = re.compile(r"(could not|failed to) (allocate|pin) ")
+
+
+def _out_of_memory(exc: duckdb.Error) -> bool:
+    """DuckDB ran out of the memory it may use. At COMMIT it says so as a TransactionException: what
+    the commit needs grows with the store (a 100,000-case eval's store failed there at ~48,000 cases,
+    186 MB), and every later ingester failed at the same batch: nothing more was ever stored."""
+    return isinstance(exc, duckdb.OutOfMemoryException) or _NO_MEMORY.search(str(exc)) is not None
 
 
 def _tail(path: Path, offset: int) -> bytes:
