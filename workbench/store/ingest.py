@@ -39,8 +39,11 @@ BATCH_BYTES = 8 * 1024 * 1024
 QUARANTINE_TEXT_CAP = 65536
 # DuckDB's memory while it ingests (its default is most of the machine's, kept as a cache of the
 # blocks it wrote): a batch needs far less, and what does not fit spills to its temporary folder. A
-# batch DuckDB cannot do within it is done again without the limit, never left out.
+# batch DuckDB cannot do within it is done again within 4x as much, MEMORY_RAISES times (what a
+# commit needs grows with the store: 64 MB failed at 186 MB, and without any limit that ingester
+# peaked at 864 MB), then without the limit: never left out.
 INGEST_MEMORY_LIMIT = "64MB"
+MEMORY_RAISES = 2
 
 _POLARS_TYPES = {
     "VARCHAR": pl.Utf8, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "BOOLEAN": pl.Boolean,
@@ -434,6 +437,12 @@ def _limit_memory(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
+def _memory_limit(raised: int) -> str:
+    """INGEST_MEMORY_LIMIT raised `raised` times (4x each)."""
+    number, unit = re.fullmatch(r"(\d+)\s*([A-Za-z]+)", INGEST_MEMORY_LIMIT).groups()
+    return f"{int(number) * 4 ** raised}{unit}"
+
+
 def _reset_memory(con: duckdb.DuckDBPyConnection) -> None:
     try:
         con.execute("RESET memory_limit")
@@ -446,7 +455,7 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
     """Every spool file's new lines, batch by batch, each batch committed with its offsets."""
     positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
     schemas: dict[str, dict[str, pl.DataType]] | None = None
-    total = 0
+    total = raised = 0  # raised: times the memory limit was raised
     files = list(files)
     while files:
         chunks: list[_Chunk] = []
@@ -484,15 +493,23 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
             schemas = schemas or _schemas(con)
             return _commit_batch(con, chunks, moved, finished, torn, schemas)
 
-        try:
-            total += commit()
-        except duckdb.Error as exc:
-            if not limited or not _out_of_memory(exc):
-                raise
-            log.info("a batch needed more than %s of DuckDB's memory: ingesting without the limit", INGEST_MEMORY_LIMIT)
-            _reset_memory(con)
-            limited = False
-            total += commit()
+        while True:
+            try:
+                total += commit()
+                break
+            except duckdb.Error as exc:
+                if not limited or not _out_of_memory(exc):
+                    raise
+                raised += 1
+                if raised <= MEMORY_RAISES:
+                    log.info("a batch needed more than %s of DuckDB's memory: ingesting within %s",
+                             _memory_limit(raised - 1), _memory_limit(raised))
+                    con.execute(f"SET memory_limit = '{_memory_limit(raised)}'")
+                else:
+                    log.info("a batch needed more than %s of DuckDB's memory: ingesting without the limit",
+                             _memory_limit(raised - 1))
+                    _reset_memory(con)
+                    limited = False
         positions.update(moved)
         for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
             path.unlink(missing_ok=True)
