@@ -221,6 +221,7 @@ def test_a_batch_duckdb_cannot_do_within_the_limit_is_done_again_without_it(tmp_
     from workbench.store import ingest
 
     monkeypatch.setattr(ingest, "INGEST_MEMORY_LIMIT", "1MB")  # too little for any batch
+    monkeypatch.setattr(ingest, "MEMORY_RAISES", 0)  # nor raised
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     _backlog(spool, 500)
     with caplog.at_level("INFO", logger="workbench.store"):
@@ -232,6 +233,33 @@ def test_a_batch_duckdb_cannot_do_within_the_limit_is_done_again_without_it(tmp_
     assert not list(spool.glob("*.jsonl"))  # the dead writer's file, ingested whole, removed
     with open_store(db) as con:  # the store itself keeps no limit
         assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] != "976.5 KiB"
+
+
+def test_a_batch_whose_commit_runs_out_of_the_limit_is_done_again_without_it(tmp_path, caplog, monkeypatch):
+    """DuckDB says it ran out of memory at COMMIT as a TransactionException (the keys' indexes it
+    checks there grow with the store): that batch too is done again without the limit. Before, the
+    ingester ended there, and every later one at the same batch: a 100,000-case eval's results never
+    reached the store."""
+    from workbench.store import ingest
+
+    real, failed = ingest._transaction, []
+
+    def transaction(con, *args):
+        if con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == _limit_shown(ingest.INGEST_MEMORY_LIMIT):
+            failed.append(True)  # what DuckDB 1.x raised at a 186 MB store's COMMIT, word for word
+            raise duckdb.TransactionException("TransactionContext Error: Failed to commit: could not allocate block "
+                                              "of size 256.0 KiB (60.9 MiB/61.0 MiB used)")
+        return real(con, *args)
+
+    monkeypatch.setattr(ingest, "_transaction", transaction)
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 500)
+    with caplog.at_level("INFO", logger="workbench.store"):
+        assert ingest_spools(db, spool, own_process=True) == 1_500
+    assert failed == [True] and "needed more than 64MB of DuckDB's memory: ingesting within 256MB" in caplog.text
+    assert _rows(db, "SELECT count(*), count(DISTINCT call_id) FROM calls JOIN call_bodies USING (call_id)") == [
+        (500, 500)]
+    assert not list(spool.glob("*.jsonl"))
 
 
 def test_an_ingest_inside_an_apps_process_leaves_duckdbs_memory_alone(tmp_path, caplog, monkeypatch):
@@ -287,3 +315,39 @@ def test_rollups_folded_batch_by_batch_are_those_made_from_every_stored_call(tmp
         with open_store(db, read_only=True) as con:
             assert con.execute("SELECT count(*) FROM calls").fetchall() == [(first + 20,)]
             same(con)
+
+
+def test_a_batch_cut_keeps_each_replayed_call_with_the_prefix_the_recorder_spooled_after_it(tmp_path):
+    """The recorder spools a call, its body, then its prefix: a cut by the budget moves all three to
+    the next batch. Cut between the call and its prefix, the call was judged with a prefix built from
+    its capped body, and the captured prefix then hit that row's key in the next batch, which was
+    redone through the conflict path (a wasted transaction at nearly every cut of an eval's spool)."""
+    import shutil
+
+    import workbench
+    from workbench.capture.recorder import recorder
+    from workbench.evaluate.gate import evaluate
+    from workbench.evaluate.suite import load_suites
+    from workbench.store.ingest import _read_lines
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "evals", tmp_path / "evals", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repo / "cassettes", tmp_path / "cassettes")
+    shutil.copy(repo / "models.toml", tmp_path / "models.toml")
+    workbench.configure(db=tmp_path / "wb.duckdb")
+    try:
+        assert evaluate(load_suites([tmp_path / "evals" / "classifier.py"])["classifier"]).exit_code == 0
+        recorder().spool.flush(ingest=False)
+        (spool,) = recorder().spool.spool_dir.glob("*.jsonl")
+        whole = spool.read_bytes()
+        offset, batches = 0, []
+        while offset < len(whole):
+            data, offset = _read_lines(spool, offset, limit=6000)  # a cut every call or two
+            batches.append([json.loads(line) for line in data.splitlines()])
+    finally:
+        workbench.configure()
+    assert sum(batches, []) == [json.loads(line) for line in whole.splitlines()]  # nothing lost or read twice
+    ids = [{kind: {line["row"]["call_id"] for line in batch if line["kind"] == kind} for kind in ("call", "call_prefix")}
+           for batch in batches]
+    assert sum(len(batch["call"]) for batch in ids) == 8 and len(batches) > 3
+    assert all(batch["call"] == batch["call_prefix"] for batch in ids), ids

@@ -39,8 +39,11 @@ BATCH_BYTES = 8 * 1024 * 1024
 QUARANTINE_TEXT_CAP = 65536
 # DuckDB's memory while it ingests (its default is most of the machine's, kept as a cache of the
 # blocks it wrote): a batch needs far less, and what does not fit spills to its temporary folder. A
-# batch DuckDB cannot do within it is done again without the limit, never left out.
+# batch DuckDB cannot do within it is done again within 4x as much, MEMORY_RAISES times (what a
+# commit needs grows with the store: 64 MB failed at 186 MB, and without any limit that ingester
+# peaked at 864 MB), then without the limit: never left out.
 INGEST_MEMORY_LIMIT = "64MB"
+MEMORY_RAISES = 2
 
 _POLARS_TYPES = {
     "VARCHAR": pl.Utf8, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "BOOLEAN": pl.Boolean,
@@ -99,16 +102,18 @@ _CALL_LINE = re.compile(rb'\n\{"kind": ?"(call|call_prefix)"')
 
 
 def _before_last_call(data: bytes, end: int) -> int:
-    """Where to end a batch of the lines in `data[:end + 1]` so the last call's records (its prefix
-    line, then the call, then its body) go in together with the next batch: insight judges a call
-    with its prefix, once. `end` itself when no call starts after the first line."""
+    """Where to end a batch of the lines in `data[:end + 1]` so the last call's records go in
+    together with the next batch: insight judges a call with its prefix, once. The recorder spools
+    the call, its body, then its prefix; a prefix line right before the call (the ingest benchmark's
+    order) goes with it too. `end` itself when no call starts after the first line."""
     starts = [(match.start(), match.group(1)) for match in _CALL_LINE.finditer(data, 0, end)]
-    if not starts:
+    calls = [index for index, (_, kind) in enumerate(starts) if kind == b"call"]
+    if not calls:  # a prefix here follows its call: the first line, or a line of the batch before
         return end
-    cut, kind = starts[-1]
-    if kind == b"call" and len(starts) > 1 and starts[-2][1] == b"call_prefix" \
-            and data.rfind(b"\n", 0, cut) == starts[-2][0]:  # the prefix line right before it
-        cut = starts[-2][0]
+    last = calls[-1]
+    cut = starts[last][0]
+    if last and starts[last - 1][1] == b"call_prefix" and data.rfind(b"\n", 0, cut) == starts[last - 1][0]:
+        cut = starts[last - 1][0]  # the prefix line right before it
     return cut if cut > 0 else end
 
 
@@ -432,6 +437,12 @@ def _limit_memory(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
+def _memory_limit(raised: int) -> str:
+    """INGEST_MEMORY_LIMIT raised `raised` times (4x each)."""
+    number, unit = re.fullmatch(r"(\d+)\s*([A-Za-z]+)", INGEST_MEMORY_LIMIT).groups()
+    return f"{int(number) * 4 ** raised}{unit}"
+
+
 def _reset_memory(con: duckdb.DuckDBPyConnection) -> None:
     try:
         con.execute("RESET memory_limit")
@@ -444,7 +455,7 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
     """Every spool file's new lines, batch by batch, each batch committed with its offsets."""
     positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
     schemas: dict[str, dict[str, pl.DataType]] | None = None
-    total = 0
+    total = raised = 0  # raised: times the memory limit was raised
     files = list(files)
     while files:
         chunks: list[_Chunk] = []
@@ -482,19 +493,38 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
             schemas = schemas or _schemas(con)
             return _commit_batch(con, chunks, moved, finished, torn, schemas)
 
-        try:
-            total += commit()
-        except duckdb.OutOfMemoryException:
-            if not limited:
-                raise
-            log.info("a batch needed more than %s of DuckDB's memory: ingesting without the limit", INGEST_MEMORY_LIMIT)
-            _reset_memory(con)
-            limited = False
-            total += commit()
+        while True:
+            try:
+                total += commit()
+                break
+            except duckdb.Error as exc:
+                if not limited or not _out_of_memory(exc):
+                    raise
+                raised += 1
+                if raised <= MEMORY_RAISES:
+                    log.info("a batch needed more than %s of DuckDB's memory: ingesting within %s",
+                             _memory_limit(raised - 1), _memory_limit(raised))
+                    con.execute(f"SET memory_limit = '{_memory_limit(raised)}'")
+                else:
+                    log.info("a batch needed more than %s of DuckDB's memory: ingesting without the limit",
+                             _memory_limit(raised - 1))
+                    _reset_memory(con)
+                    limited = False
         positions.update(moved)
         for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
             path.unlink(missing_ok=True)
     return total
+
+
+# DuckDB's buffer manager's words for it ("could not allocate block of size 256.0 KiB", "failed to pin block")
+_NO_MEMORY = re.compile(r"(could not|failed to) (allocate|pin) ")
+
+
+def _out_of_memory(exc: duckdb.Error) -> bool:
+    """DuckDB ran out of the memory it may use. At COMMIT it says so as a TransactionException: what
+    the commit needs grows with the store (a 100,000-case eval's store failed there at ~48,000 cases,
+    186 MB), and every later ingester failed at the same batch: nothing more was ever stored."""
+    return isinstance(exc, duckdb.OutOfMemoryException) or _NO_MEMORY.search(str(exc)) is not None
 
 
 def _tail(path: Path, offset: int) -> bytes:
