@@ -102,7 +102,7 @@ def _before_last_call(data: bytes, end: int) -> int:
     """Where to end a batch of the lines in `data[:end + 1]` so the last call's records (its prefix
     line, then the call, then its body) go in together with the next batch: insight judges a call
     with its prefix, once. `end` itself when no call starts after the first line."""
-    starts = [(match.start(), match.group(1)) for match in _CALL_LINE.finditer(data, 0, end)]
+    starts = _last_calls(data, end)
     if not starts:
         return end
     cut, kind = starts[-1]
@@ -110,6 +110,21 @@ def _before_last_call(data: bytes, end: int) -> int:
             and data.rfind(b"\n", 0, cut) == starts[-2][0]:  # the prefix line right before it
         cut = starts[-2][0]
     return cut if cut > 0 else end
+
+
+def _last_calls(data: bytes, end: int, count: int = 2) -> list[tuple[int, bytes]]:
+    """The last `count` lines of `data[:end]` that start a call (`_CALL_LINE`: where, which kind), in
+    order: found from the end, not by matching the megabytes before them."""
+    found: list[tuple[int, bytes]] = []
+    at = end
+    while len(found) < count:
+        at = data.rfind(b'\n{"kind":', 0, at)
+        if at < 0:
+            break
+        match = _CALL_LINE.match(data, at, end)
+        if match:
+            found.insert(0, (at, match.group(1)))
+    return found
 
 
 def _schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, pl.DataType]]:
@@ -203,14 +218,16 @@ def _plain_list_column(name: str, values: list, kind: pl.List) -> pl.Series | No
         if not (items.dtype in _WIDENS.get(kind.inner, ()) or items.dtype == pl.Null):
             return None
         items = items.cast(kind.inner, strict=True)  # raises for an item out of the inner type's range
-    flat, texts, start = items.to_list(), [], 0
-    for value in values:
-        if value is None:
-            texts.append(None)
-        else:
-            texts.append(orjson.dumps(flat[start:start + len(value)]).decode())
-            start += len(value)
-    return pl.Series(name, texts, dtype=pl.Utf8).str.json_decode(kind)
+    return list_series(name, values, kind)
+
+
+def list_series(name: str, values: list[list | None], kind: pl.List) -> pl.Series:
+    """A list column from rows of plain items of its inner type (nulls too): the whole column as
+    one JSON text, decoded natively into a one-row list of lists that is then exploded (polars
+    builds a series per row from the lists themselves; a text per row was still ~a third of that)."""
+    if not values:
+        return pl.Series(name, [], dtype=kind)
+    return pl.Series(name, [orjson.dumps(values).decode()], dtype=pl.Utf8).str.json_decode(pl.List(kind)).explode()
 
 
 def _frames_polars(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame]:
