@@ -351,3 +351,58 @@ def test_a_batch_cut_keeps_each_replayed_call_with_the_prefix_the_recorder_spool
            for batch in batches]
     assert sum(len(batch["call"]) for batch in ids) == 8 and len(batches) > 3
     assert all(batch["call"] == batch["call_prefix"] for batch in ids), ids
+def test_a_batch_cut_by_its_budget_ends_where_a_match_of_every_line_would_end_it():
+    """The cut found from the end is the one matching every line of the batch
+    finds: random lines of every kind (a call's text inside another record's value, both JSON
+    spacings, junk), cut at every position."""
+    import random
+
+    from workbench.store.ingest import _CALL_LINE, _before_last_call
+
+    def by_every_match(data: bytes, end: int) -> int:
+        starts = [(match.start(), match.group(1)) for match in _CALL_LINE.finditer(data, 0, end)]
+        calls = [index for index, (_, kind) in enumerate(starts) if kind == b"call"]
+        if not calls:
+            return end
+        last = calls[-1]
+        cut = starts[last][0]
+        if last and starts[last - 1][1] == b"call_prefix" and data.rfind(b"\n", 0, cut) == starts[last - 1][0]:
+            cut = starts[last - 1][0]
+        return cut if cut > 0 else end
+
+    lines = [b'{"kind": "call", "row": {}}', b'{"kind":"call","row":{}}', b'{"kind":"call_prefix"}',
+             b'{"kind": "call_prefix", "row": {"a": "\\n{\\"kind\\": \\"call\\""}}', b'{"kind": "span"}',
+             b'{"kind": "call_body", "row": {"x": 1}}', b'{"kind":  "call"}', b'{"kind": "callx"}', b"junk", b""]
+    shuffled = random.Random(21)
+    for _ in range(3000):
+        data = b"\n".join(shuffled.choice(lines) for _ in range(shuffled.randint(1, 9))) + b"\n"
+        for end in range(len(data)):
+            assert _before_last_call(data, end) == by_every_match(data, end), (data, end)
+
+
+def test_the_folds_statements_are_parsed_once_and_serve_every_store_of_the_process(tmp_path):
+    """A fold's statements, parsed once a process (`rollup._parsed`), run on every connection: two
+    stores written batch by batch in turn each hold rollups equal to an aggregation of their own
+    calls, and their later batches parse no statement again."""
+    from workbench.store import rollup
+
+    def same(db: Path) -> None:
+        with open_store(db, read_only=True) as con:
+            for spec in rollup.ROLLUPS:
+                stored = sorted(con.execute(f"SELECT * FROM {spec.table}").fetchall(), key=repr)
+                assert stored == sorted(con.execute(spec.aggregate(spec.source)).fetchall(), key=repr), spec.table
+
+    stores = [(tmp_path / f"{name}.duckdb", tmp_path / f"{name}-spool") for name in ("a", "b")]
+    parsed = []
+    for batch in range(3):
+        for number, (db, spool_dir) in enumerate(stores):
+            spool = Spool(db, spool_dir, flush_interval_s=3600)
+            for index in range(5):
+                spool.append("call", json.loads(_call(
+                    f"c{batch}-{index}", run_id=f"r{index % 2}", cost_micros=10 * index + number, currency="USD",
+                    started_at=f"2025-01-0{1 + batch}T00:00:0{index}+00:00"))["row"])
+            spool.flush(ingest=False)
+            ingest_spools(db, spool_dir)
+            same(db)
+            parsed.append(rollup._parsed.cache_info().misses)
+    assert parsed[1:] == [parsed[1]] * (len(parsed) - 1)  # after the first batch of each kind of fold, none

@@ -133,3 +133,24 @@ def test_a_list_column_is_parsed_as_polars_builds_it_from_the_lists(kind_name, v
     except Exception:  # noqa: BLE001 - a raise is a refusal too: the batch goes to polars' reader
         frame = None
     assert (None if frame is None else (frame["c"].dtype, frame["c"].to_list())) == _per_row(values, kind)
+
+
+@given(st.sampled_from(["List(Int64)", "List(Int32)", "List(String)"]),
+       st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-(2**31), 2**31 - 1), st.text()),
+                                              max_size=5)), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_a_list_column_from_one_json_text_is_the_one_polars_builds_row_by_row(kind_name, values):
+    """`list_series` (the parse's plain list columns, the prefix frame's keys and writes): rows of
+    plain items of the inner type, null rows, empty lists and no rows at all give the column polars
+    builds from the lists themselves."""
+    import polars as pl
+
+    from workbench.store.ingest import list_series
+
+    kind = {"List(Int64)": pl.List(pl.Int64), "List(Int32)": pl.List(pl.Int32), "List(String)": pl.List(pl.Utf8)}[kind_name]
+    plain = int if kind.inner != pl.Utf8 else str
+    values = [None if value is None else [item for item in value if item is None or type(item) is plain]
+              for value in values]
+    built = list_series("c", values, kind)
+    expected = pl.Series("c", values, dtype=kind)
+    assert (built.name, built.dtype, built.to_list()) == (expected.name, expected.dtype, expected.to_list())

@@ -26,6 +26,7 @@ from workbench.insight.prefix import row as prefix_row
 from workbench.insight.verdicts import (CHANGED, COLD, Judged, Lineage, expire_older, minimum_tokens, older_wanted,
                                         order, price_write)
 from workbench.models import ModelSpec
+from workbench.store.ingest import list_series
 from workbench.store.queries import insight as q
 
 _ALIKE = 0.9  # a changed lead region across conversations counts when this much of its text is unchanged
@@ -323,13 +324,11 @@ def _prefix_frame(captured: pl.DataFrame | None, batch: dict[str, dict], mine: d
         frames.insert(0, captured.select(list(_PREFIX_SCHEMA)).cast(_PREFIX_SCHEMA))
     frame = pl.concat(frames) if len(frames) > 1 else frames[0]
     ids = frame["call_id"].to_list()
-    added = pl.DataFrame({
-        "lineage": [batch[i]["lineage"] if i in batch else None for i in ids],
-        "keys": [mine[i].keys if i in mine else None for i in ids],
-        "diff": [diffs.get(i) for i in ids],
-        "written": [mine[i].written if i in mine else None for i in ids],
-    }, schema={"lineage": pl.Utf8, "keys": pl.List(pl.Int64), "diff": pl.Utf8, "written": pl.List(pl.Int64)})
-    return frame.with_columns(added)
+    return frame.with_columns(
+        pl.Series("lineage", [batch[i]["lineage"] if i in batch else None for i in ids], dtype=pl.Utf8),
+        list_series("keys", [mine[i].keys if i in mine else None for i in ids], pl.List(pl.Int64)),
+        pl.Series("diff", [diffs.get(i) for i in ids], dtype=pl.Utf8),
+        list_series("written", [mine[i].written if i in mine else None for i in ids], pl.List(pl.Int64)))
 
 
 _COMPACTION_SCHEMA = {
