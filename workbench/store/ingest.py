@@ -40,8 +40,8 @@ QUARANTINE_TEXT_CAP = 65536
 # DuckDB's memory while it ingests (its default is most of the machine's, kept as a cache of the
 # blocks it wrote): a batch needs far less, and what does not fit spills to its temporary folder. A
 # batch DuckDB cannot do within it is done again within 4x as much, MEMORY_RAISES times (what a
-# commit needs grows with the store: 64 MB failed at 186 MB, and without any limit that ingester
-# peaked at 864 MB), then without the limit: never left out.
+# commit needs grows with the store: 64 MB failed at COMMIT on a 186 MB store), then without the
+# limit: never left out.
 INGEST_MEMORY_LIMIT = "64MB"
 MEMORY_RAISES = 2
 
