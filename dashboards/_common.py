@@ -79,11 +79,8 @@ def store_state(db: str, spool: str) -> tuple:
 # each takes the store's state as an argument only so that a new state is a new cache entry; the
 # spools were ingested when the state was taken
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=32)
-def _options(db: str, state: tuple) -> tuple[dict, dict]:
-    def work(con):
-        return q.filter_options(con), q.store_counts(con).row(0, named=True)
-
-    return q.read(db, None, work)
+def _options(db: str, state: tuple) -> dict:
+    return q.read(db, None, q.filter_options)
 
 
 _RUN_SETS: dict[tuple, dict[str, pl.DataFrame]] = {}  # (db, state, filters) -> their run sets (`q.run_sets`)
@@ -94,8 +91,14 @@ def _with_run_sets(db: str, state: tuple, filters: q.Filters | None, fn: Callabl
     """`fn(con)` on a read of the store, within a scope of `filters` whose run sets (the runs a run
     name, a tag or a call-level filter selects) are computed once per filters and store state and
     shared by every read of that state: a page made of several reads (the Overview's headline and
-    tables) pays for them once."""
+    tables) pays for them once. Returns `fn`'s answer and whether the store holds no calls and no runs
+    at all (counted on the same connection: a page's first read tells an empty store from an empty
+    filter before anything is drawn from it)."""
     def work(con):
+        counts = q.store_counts(con).row(0, named=True)
+        return scoped(con), not counts["calls"] and not counts["runs"]
+
+    def scoped(con):
         if filters is None or not (filters.run_level or filters.call_level):
             return fn(con)
         key = (db, state, filters)
@@ -112,13 +115,13 @@ def _with_run_sets(db: str, state: tuple, filters: q.Filters | None, fn: Callabl
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=128)
-def _page(page: str, db: str, state: tuple, filters: q.Filters, extra: tuple) -> dict[str, pl.DataFrame]:
+def _page(page: str, db: str, state: tuple, filters: q.Filters, extra: tuple) -> tuple[dict[str, pl.DataFrame], bool]:
     scoped = filters if page != "evals" else None  # the evals page reads no run set
     return _with_run_sets(db, state, scoped, lambda con: q.PAGES[page](con, filters, **dict(extra)))
 
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=64)
-def _named(name: str, db: str, state: tuple, args: tuple) -> pl.DataFrame:
+def _named(name: str, db: str, state: tuple, args: tuple) -> tuple[pl.DataFrame, bool]:
     filters = next((arg for arg in args if isinstance(arg, q.Filters)), None)
     return _with_run_sets(db, state, filters, lambda con: getattr(q, name)(con, *args))
 
@@ -152,18 +155,26 @@ def empty_store(db: str, missing: bool = False) -> None:
 def filter_choices() -> dict:
     """The values each filter can take (run names, `key=value` tags, models, ...), cached."""
     db, spool = store_paths()
-    return _guard(lambda: _options(db, store_state(db, spool)))[0]
+    return _guard(lambda: _options(db, store_state(db, spool)))
+
+
+def _unless_empty(read: tuple, db: str):
+    answer, empty = read
+    if empty:
+        empty_store(db)
+    return answer
 
 
 def load_page(page: str, filters: q.Filters, **extra) -> dict[str, pl.DataFrame]:
     db, spool = store_paths()
-    return _guard(lambda: _page(page, db, store_state(db, spool), filters, tuple(sorted(extra.items()))))
+    return _unless_empty(_guard(lambda: _page(page, db, store_state(db, spool), filters, tuple(sorted(extra.items())))),
+                         db)
 
 
 def load(name: str, *args) -> pl.DataFrame:
     """One named query of `workbench.store.queries` that takes (con, *args)."""
     db, spool = store_paths()
-    return _guard(lambda: _named(name, db, store_state(db, spool), args))
+    return _unless_empty(_guard(lambda: _named(name, db, store_state(db, spool), args)), db)
 
 
 # -- the filters, in the URL ---------------------------------------------------------------------
@@ -205,37 +216,57 @@ def _url_filters() -> q.Filters:
     return filters_from_params({key: st.query_params.get_all(key) for key in st.query_params.keys()})
 
 
+# the sidebar's filter widgets, by key: their values are the filters from a visitor's first change on
+_KEYS = {"dates": "filter_dates", **{field: f"filter_{field}" for field in _LABELS}, "source": "filter_source"}
+
+
+def _as_filters(days, chosen: dict[str, tuple], source: str) -> q.Filters:
+    days = tuple(d for d in (days if isinstance(days, (tuple, list)) else (days,)) if d)
+    return q.Filters(date_from=days[0] if days else None, date_to=days[-1] if days else None,
+                     source=source if source in _SOURCES else "all", **chosen)
+
+
+def _chosen_filters() -> q.Filters:
+    """The filters the sidebar's widgets hold (once a visitor changed one, before the URL follows),
+    else the URL's (a first visit, a shared link)."""
+    url, state = _url_filters(), st.session_state
+    return _as_filters(state[_KEYS["dates"]] if _KEYS["dates"] in state else (url.date_from, url.date_to),
+                       {field: tuple(state[_KEYS[field]] if _KEYS[field] in state else getattr(url, field))
+                        for field in _LABELS},
+                       state[_KEYS["source"]] if _KEYS["source"] in state else url.source)
+
+
 def page_header(title: str, caption: str) -> q.Filters:
-    """The page title, the sidebar (navigation and filters) and the filters chosen, written back to
-    the URL. The title and the navigation are drawn before the store is read, so the page never
-    paints blank. Stops the page with guidance when the store is missing or empty."""
+    """The page title, the navigation and the filters chosen; reads nothing. The page then reads and
+    draws its headline and calls `filter_sidebar`: a browser builds the sidebar's widgets (a date
+    picker, six multiselects, a radio) in about a second of CPU on a cold page, and shows the figures
+    sent before them first."""
     st.title(title)
     st.caption(caption)
     st.html(_STYLE)
-    db, spool = store_paths()
-    nav = st.sidebar.empty()
-    _navigation(nav, _url_filters(), db)
-    with st.spinner("Reading the store…"):
-        options, counts = _guard(lambda: _options(db, store_state(db, spool)))
-    current = _url_filters()
+    filters = _chosen_filters()
+    _navigation(filters, store_paths()[0])
+    return filters
+
+
+def filter_sidebar(filters: q.Filters) -> None:
+    """The filters in the sidebar below the navigation, holding `filters` (`page_header`'s), and the
+    URL written to match them so a view can be shared. Stops the page with guidance when the store
+    is missing."""
+    options = filter_choices()
     side = st.sidebar
     side.subheader("Filters")
     first, last = options.get("first_day"), options.get("last_day")
-    picked = side.date_input(
-        "Dates (UTC)", value=tuple(d for d in (current.date_from, current.date_to) if d), min_value=None,
-        help=f"The store spans {first} to {last}." if first else None,
+    side.date_input(
+        "Dates (UTC)", value=tuple(d for d in (filters.date_from, filters.date_to) if d), min_value=None,
+        help=f"The store spans {first} to {last}." if first else None, key=_KEYS["dates"],
     )
-    picked = tuple(picked) if isinstance(picked, (tuple, list)) else (picked,)
-    chosen = {}
     for field, label in _LABELS.items():
-        values = list(getattr(current, field))
+        values = list(getattr(filters, field))
         choices = sorted(set(options.get(field, [])) | set(values))
-        chosen[field] = tuple(side.multiselect(label, choices, default=values, placeholder="all"))
-    source = side.radio("Calls", list(_SOURCES), format_func=_SOURCES.get, index=list(_SOURCES).index(current.source),
-                        horizontal=False)
-    filters = q.Filters(date_from=picked[0] if picked else None,
-                        date_to=picked[1] if len(picked) > 1 else (picked[0] if picked else None),
-                        source=source, **chosen)
+        side.multiselect(label, choices, default=values, placeholder="all", key=_KEYS[field])
+    side.radio("Calls", list(_SOURCES), format_func=_SOURCES.get, index=list(_SOURCES).index(filters.source),
+               horizontal=False, key=_KEYS["source"])
     keep = {key: st.query_params.get_all(key) for key in ("run_id", "eval_run_id", "matrix_id", "case")
             if key in st.query_params}
     wanted = {**params_of(filters), **{key: values[0] for key, values in keep.items() if values}}
@@ -243,14 +274,10 @@ def page_header(title: str, caption: str) -> q.Filters:
         key: value if isinstance(value, list) else [value] for key, value in wanted.items()
     }:
         st.query_params.from_dict(wanted)
-        _navigation(nav, filters, db)  # the links keep the filters just chosen
-    if not counts["calls"] and not counts["runs"]:
-        empty_store(db)
-    return filters
 
 
-def _navigation(slot, filters: q.Filters, db: str) -> None:
-    with slot.container():
+def _navigation(filters: q.Filters, db: str) -> None:
+    with st.sidebar:
         for path, label, icon in PAGES:
             st.page_link(path, label=label, icon=icon, query_params=params_of(filters) or None)
         st.caption(f"Store: {escaped(db)} · a refresh shows new data"

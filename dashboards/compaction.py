@@ -13,6 +13,7 @@ filters = ui.page_header("Compaction", "Context compactions (the runtime's agent
 totals = ui.load("compaction_totals", filters).row(0, named=True)
 
 if not totals["events"]:
+    ui.filter_sidebar(filters)
     st.info("No compactions match the filters. Agents built with `workbench.Agent(...)` compact automatically near "
             "their context limit; apps running their own loop report theirs with `workbench.event(\"agent.compact\", ...)`.")
     st.stop()
@@ -24,6 +25,7 @@ cols[2].metric("Tokens before → after", f"{ui.compact(totals['tokens_before'])
                help=f"{ui.share(totals['tokens_before'] - totals['tokens_after'], totals['tokens_before'])} removed")
 cols[3].metric("Turns summarised / kept", f"{totals['summarised_turns']:,} / {totals['kept_turns']:,}")
 cols[4].metric("Summary cost", ui.money(totals["cost_micros"], "USD", totals["unpriced"]))
+ui.filter_sidebar(filters)
 
 data = ui.load("compaction_tables", filters)
 st.subheader("Reported and inferred")

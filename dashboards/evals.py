@@ -67,6 +67,7 @@ def matrix_section(matrices: pl.DataFrame) -> None:
 
 
 if history is None or history.is_empty():
+    ui.filter_sidebar(filters)
     if matrices is not None and not matrices.is_empty():
         matrix_section(matrices)
         st.stop()
@@ -83,6 +84,7 @@ cols[2].metric("Eval spend", ui.money(int(history["cost_micros"].fill_null(0).su
 cases = int(history["cases"].sum())
 cols[3].metric("Cost per case", ui.money(int(history["cost_micros"].fill_null(0).sum()) // cases) if cases else "–",
                help="rounded up to the cent; exact per-case costs are in the table")
+ui.filter_sidebar(filters)
 
 st.subheader("Score history")
 chart_data = history.with_columns(

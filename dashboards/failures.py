@@ -31,6 +31,7 @@ st.caption(
        f"{ui.money(totals['replayed_cost_micros'], 'USD', totals['replayed_unpriced_calls'])}."
        if totals["replayed_calls"] else "")
 )
+ui.filter_sidebar(filters)
 
 left, right = st.columns(2)
 with left:

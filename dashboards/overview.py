@@ -11,12 +11,8 @@ from workbench.store.queries import LATENCY
 from workbench.store.rollup import LATENCY_ERROR
 
 filters = ui.page_header("Overview", "Where the money went: by day, model and prompt version.")
-tag_keys = sorted({tag.partition("=")[0] for tag in ui.filter_choices().get("tags", [])})
-left, right = st.columns([4, 1])
-breakdowns = ["model", "provider", "prompt", "run", "day", "week", "month", *tag_keys]
-by = left.selectbox("Break spend down by", breakdowns, format_func=lambda key: {
-    "prompt": "prompt and version", "run": "run name"}.get(key, key if key in breakdowns[:7] else f"tag: {key}"))
-top = right.number_input("Top", min_value=1, max_value=100, value=10, help="the rest is summed into one row")
+# the breakdown's choices sit above the figures but are drawn after them (they need the filters' options)
+controls = st.container()
 # the headline first: its figures paint while the breakdowns below are still being counted
 data = ui.load("overview_headline", filters)
 calls = data["calls"].row(0, named=True)
@@ -45,6 +41,13 @@ if calls["unpriced_calls"]:
         "to `models.toml` to price them (`workbench models NAME` shows what a model is priced at).",
         icon=":material/money_off:",
     )
+ui.filter_sidebar(filters)
+tag_keys = sorted({tag.partition("=")[0] for tag in ui.filter_choices().get("tags", [])})
+left, right = controls.columns([4, 1])
+breakdowns = ["model", "provider", "prompt", "run", "day", "week", "month", *tag_keys]
+by = left.selectbox("Break spend down by", breakdowns, format_func=lambda key: {
+    "prompt": "prompt and version", "run": "run name"}.get(key, key if key in breakdowns[:7] else f"tag: {key}"))
+top = right.number_input("Top", min_value=1, max_value=100, value=10, help="the rest is summed into one row")
 
 by_day = data["by_day"]
 if not by_day.is_empty():

@@ -38,6 +38,7 @@ if totals["replayed_calls"]:
 if totals["unpriced_calls"]:
     st.warning(f"{totals['unpriced_calls']:,} settled calls have no price row, so their cache use saved an unknown "
                "amount; they are left out of the money above.", icon=":material/money_off:")
+ui.filter_sidebar(filters)
 
 st.subheader("By prompt and model")
 by = data["by_prompt_model"]

@@ -20,6 +20,10 @@ filters = ui.page_header("Run explorer", "One run: what was said, what each call
 wanted = st.query_params.get("run_id")
 data = ui.load_page("run_explorer", filters, run_id=wanted)
 choices = data["choices"]
+if not wanted and choices.height:  # no run asked for: the latest, read now rather than in a rerun of the page
+    wanted = st.query_params["run_id"] = choices["run_id"][0]
+    data = ui.load_page("run_explorer", filters, run_id=wanted)
+    choices = data["choices"]
 
 
 def label(row: dict) -> str:
@@ -31,6 +35,7 @@ if wanted and wanted not in labels:  # a run the filters, or the list of the lat
     found = data["tree"].filter(pl.col("run_id") == wanted)
     labels = {wanted: label(found.row(0, named=True)) if found.height else wanted, **labels}
 if not labels:
+    ui.filter_sidebar(filters)
     st.info("No runs match the filters.")
     st.stop()
 picked = st.selectbox("Run", list(labels), format_func=labels.get, index=list(labels).index(wanted) if wanted else 0)
@@ -40,6 +45,7 @@ if picked != wanted:
 
 tree = data["tree"]
 if tree.is_empty():
+    ui.filter_sidebar(filters)
     st.warning("No run with the id below is in the store (it may not be ingested yet: refresh in a few seconds).")
     st.code(wanted, language=None)
     st.stop()
@@ -56,6 +62,7 @@ cols[3].metric("Tokens in / out", f"{ui.compact(tokens_in)} / {ui.compact(run['b
                help=f"{tokens_in:,} input (cached included) / {run['billed_output_tokens'] or 0:,} output")
 duration = (run["ended_at"] - run["started_at"]).total_seconds() if run["ended_at"] and run["started_at"] else None
 cols[4].metric("Duration", f"{duration:.2f}s" if duration is not None else "running")
+ui.filter_sidebar(filters)
 # recorded text (names, tags, errors, prompts, answers) is shown with st.text and st.code, never as
 # Markdown: escaping cannot stop Markdown from turning a recorded URL into a link
 st.text(" · ".join((
