@@ -1,7 +1,8 @@
 """The Workbench dashboard: `workbench dashboard [--db PATH] [--port N] [--host ADDRESS]` runs this
 file with Streamlit. It is the router: the password check (`_access`), then each page, its own
-file beside it, reading only `workbench.store.queries`; the sidebar (navigation that keeps the
-filters, then the filters) is drawn by `_common.page_header` on every page."""
+file beside it, reading only `workbench.store.queries`; the sidebar's navigation (keeping the
+filters) is drawn by `_common.page_header` on every page, its filters by `_common.filter_sidebar` once
+the page's headline figures are sent."""
 
 from __future__ import annotations
 
