@@ -3,6 +3,7 @@ pytest-recording compatibility (`workbench_vcr`), on the same generated suite, i
 
     python benchmarks/pytest_replay.py                         # 100, 1,000, 10,000; best of 3
     python benchmarks/pytest_replay.py --sizes 100 1000 --runs 3 --append
+    python benchmarks/pytest_replay.py --sizes 100 1000 --instructions --append   # valgrind: the load does not move it
 
 The suite: N tests, one interaction each, as a pytest-recording suite is written: modules of 100
 tests, each test `@pytest.mark.vcr` making one chat-completions call through its module's
@@ -22,7 +23,10 @@ Variants, each `python -m pytest -q -p no:randomly -p no:cacheprovider` in a sub
   each replayed call spooled for the store).
 
 Wall and CPU (the pytest process and the children it waited for) of the pytest process, best of
---runs. Workbench hands the spooled calls, as the session ends, to the ingester standing by since its
+--runs. On a shared machine both move 10-30% between identical runs: `--instructions` runs each
+variant once under `valgrind --tool=cachegrind --cache-sim=no` instead (after one run without it, so
+bytecode is written and Workbench's price lookups are kept beside the store, as in a project's later
+sessions) and reports the instructions the pytest process retired, which the load does not move. Workbench hands the spooled calls, as the session ends, to the ingester standing by since its
 first test (not pytest's child when it works: its CPU is not in pytest's; nothing is lost, the spool
 is on disk); its time until the calls are in the store is reported apart."""
 
@@ -32,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -141,7 +146,7 @@ def _in_store(db: Path, n: int) -> bool:
         return False
 
 
-def run(suite: Path, variant: str, n: int, store: Path, before: Path | None) -> dict:
+def run(suite: Path, variant: str, n: int, store: Path, before: Path | None, instructions: bool = False) -> dict:
     env = {**os.environ, "WORKBENCH_DB": str(store / "wb.duckdb"), "OPENAI_API_KEY": "sk-bench-not-a-key"}
     env.pop("WORKBENCH_CAPTURE", None)
     # bytecode caches warm for both, as in a user's environment: without them every run compiles
@@ -150,18 +155,24 @@ def run(suite: Path, variant: str, n: int, store: Path, before: Path | None) -> 
     python = before if variant == "Workbench before" else PYTHON
     command = [str(python), "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", *VARIANTS[variant],
                "tests"]
+    if instructions:  # the standby ingester is not pytest's child: valgrind counts the pytest process alone
+        command = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *command]
     start, cpu = time.perf_counter(), _cpu()
     result = subprocess.run(command, cwd=suite, env=env, capture_output=True, text=True)
     wall, cpu = time.perf_counter() - start, _cpu() - cpu
     last = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr[-500:]
     if f"{n} passed" not in last:
         raise SystemExit(f"{variant} at {n}: {last}\n{result.stdout[-3000:]}")
+    refs = re.search(r"I\s+refs:\s+([\d,]+)", result.stderr) if instructions else None
+    if instructions and refs is None:
+        raise SystemExit(f"{variant} at {n}: no instruction count from valgrind\n{result.stderr[-2000:]}")
     settled = None
     if variant != "pytest-recording":  # the detached ingester: until the calls are in the store
         while not _in_store(store / "wb.duckdb", n) and time.perf_counter() - start < wall + 120:
             time.sleep(0.05)
         settled = time.perf_counter() - start
-    return {"wall": wall, "cpu": cpu, "settled": settled}
+    count = int(refs.group(1).replace(",", "")) if refs else None
+    return {"wall": wall, "cpu": cpu, "settled": settled, "instructions": count}
 
 
 def main() -> None:
@@ -173,7 +184,11 @@ def main() -> None:
     parser.add_argument("--before", type=Path, default=None,
                         help="the python of another environment holding an earlier Workbench: a third variant")
     parser.add_argument("--label", default="", help="a note for the section title (e.g. before / after)")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions under valgrind's cachegrind, once a variant (after a run without it)")
     args = parser.parse_args()
+    if args.instructions and shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
     work = args.work or Path(tempfile.gettempdir()) / "wb-pytest-replay"
     work.mkdir(parents=True, exist_ok=True)
     environment()
@@ -182,32 +197,60 @@ def main() -> None:
     for n in args.sizes:
         suite = make_suite(work, n)
         results: dict[str, list[dict]] = {variant: [] for variant in variants}
-        for attempt in range(args.runs):
+        if args.instructions:
+            for variant in variants:  # warm: bytecode written, the store's price lookups kept
+                store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
+                run(suite, variant, n, store, args.before)
+                results[variant].append(run(suite, variant, n, store, args.before, instructions=True))
+                shutil.rmtree(store, ignore_errors=True)
+                print(n, variant, results[variant][-1], flush=True)
+        for attempt in range(0 if args.instructions else args.runs):
             for variant in variants:
                 store = Path(tempfile.mkdtemp(prefix="store-", dir=work))
                 results[variant].append(run(suite, variant, n, store, args.before))
                 shutil.rmtree(store, ignore_errors=True)
                 print(n, variant, attempt, results[variant][-1], flush=True)
         rows.append((n, results))
-    table = render(rows, args)
+    table = (render_instructions if args.instructions else render)(rows, args)
     print(table)
     if args.append:
         with (REPO / "benchmarks" / "RESULTS.md").open("a") as handle:
             handle.write(table)
 
 
-def render(rows, args) -> str:
+def _heading(args, measure: str) -> list[str]:
     load = os.getloadavg()
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
-        f"\n## pytest replay, pytest-recording and Workbench side by side{' — ' + args.label if args.label else ''}"
-        f" — {stamp}\n",
-        f"- command: `python benchmarks/pytest_replay.py --sizes {' '.join(map(str, args.sizes))} --runs {args.runs}`",
+    return [
+        f"\n## pytest replay, pytest-recording and Workbench side by side{measure}"
+        f"{' — ' + args.label if args.label else ''} — {stamp}\n",
+        f"- command: `python benchmarks/pytest_replay.py --sizes {' '.join(map(str, args.sizes))}"
+        f"{' --instructions' if args.instructions else f' --runs {args.runs}'}`",
         f"- machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
         f"{versions()}",
         f"- suite: N tests in modules of {PER_MODULE}, one openai chat-completions call each, one vcrpy YAML cassette "
         "each, pytest-recording's default config",
         f"- load average at the end: {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}\n",
+    ]
+
+
+def render_instructions(rows, args) -> str:
+    lines = [*_heading(args, ", counted in instructions (valgrind)"),
+             "| tests (= interactions) | variant | instructions (pytest process) | ratio to pytest-recording |",
+             "|---:|---|---:|---:|"]
+    for n, results in rows:
+        peer = results["pytest-recording"][0]["instructions"]
+        for variant, measured in results.items():
+            count = measured[0]["instructions"]
+            lines.append(f"| {n:,} | {variant} | {count / 1e9:.3f} G | {count / peer:.3f} |")
+    lines.append("\n(once each under `valgrind --tool=cachegrind --cache-sim=no`, after a run without it: bytecode "
+                 "written, Workbench's price lookups kept beside its store, as in a project's later sessions)\n")
+    return "\n".join(lines) + "\n"
+
+
+def render(rows, args) -> str:
+    lines = [
+        *_heading(args, ""),
         "| tests (= interactions) | pytest-recording wall | Workbench wall | ratio | pytest-recording CPU | "
         "Workbench CPU | ratio | Workbench: calls in the store |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

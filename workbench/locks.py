@@ -4,7 +4,7 @@ lock), so `import workbench`, ingestion and replay run on macOS and Windows as o
 held by an open file, so a process that dies releases it.
 
 On POSIX the lock is taken with `fcntl.flock` directly, as `filelock` does there: importing
-`filelock` costs ~60 M instructions, a sixth of what Workbench adds to a pytest session's start."""
+`filelock` costs ~60 M instructions, a fifth of what Workbench's imports add to a pytest session's start."""
 
 from __future__ import annotations
 
