@@ -76,3 +76,19 @@ def test_on_posix_filelock_is_not_imported(tmp_path):
             "print('filelock' in sys.modules)")
     answer = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert answer.strip() == "False"
+
+
+@posix
+def test_a_lock_dropped_while_the_interpreter_exits_is_released_quietly(tmp_path):
+    """At exit the interpreter clears modules' names before it drops what they still hold (a pytest
+    worker printed "Exception ignored in _Flock.__del__"): a lock dropped then still closes its file,
+    and so is released, with nothing on stderr."""
+    path = tmp_path / "x.lock"
+    code = (f"import os\nfrom workbench import locks\nlock = locks.hold({str(path)!r})\n"
+            "descriptor = lock._descriptor\n"
+            "locks.os = locks.fcntl = None  # as the interpreter's exit leaves the module\n"
+            "del lock\n"
+            "try:\n    os.fstat(descriptor)\n    print('open')\nexcept OSError:\n    print('closed')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert (done.stdout.strip(), done.stderr) == ("closed", "")
+    assert not _held_elsewhere(path)

@@ -29,13 +29,12 @@ class _Flock:
     def __init__(self, descriptor: int) -> None:
         self._descriptor: int | None = descriptor
 
-    def release(self) -> None:
+    # `os.close` bound at definition: a lock dropped while the interpreter exits, its modules' names
+    # already cleared, still closes (closing the only descriptor of the file releases its flock)
+    def release(self, _close=os.close) -> None:
         if self._descriptor is not None:
             descriptor, self._descriptor = self._descriptor, None
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_UN)
-            finally:
-                os.close(descriptor)
+            _close(descriptor)
 
     def __del__(self) -> None:  # as filelock's: a lock no one keeps is released
         self.release()
