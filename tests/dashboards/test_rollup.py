@@ -104,6 +104,8 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
                 for now in NOWS:  # before, among and after the writes' lives
                     _same(q.write_waste(con, f, now=now), q.write_waste(con, f, raw=True, now=now))
                 assert q.outside_runs_spend(con, f) == q.outside_runs_spend(con, f, raw=True)
+                for by in ("model", "prompt", "provider"):  # in a scope, model and prompt rank their latency at once
+                    _same_spend(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True), bucketed=False)
                 _same(q.failure_totals(con, f), q.failure_totals(con, f, raw=True))
 
 
@@ -311,6 +313,22 @@ def test_sets_read_for_other_filters_are_not_taken(dashboard_db):
                 _frames_equal(q.failures_page(part, f), q.failures_page(con, f))
         finally:
             part.close()
+
+
+def test_the_overviews_model_and_prompt_latency_is_ranked_in_one_read_of_the_calls_within_a_scope(dashboard_db):
+    """Within a page's scope, the Overview's breakdowns by model and by prompt rank the live calls the
+    filters select once for both (picking them out of every call is most of each ranking's cost), and
+    show what each breakdown read alone shows."""
+    with open_store(dashboard_db, read_only=True) as con:
+        for f in PART_FILTERS:
+            ranked = mock.patch.object(ledger, "_q", wraps=ledger._q)
+            with scope(con, f), ranked as read:
+                shared = {by: q.spend_by(con, f, by) for by in ("model", "prompt")}
+            rankings = [call for call in read.call_args_list if "quantile_cont" in call.args[2]]
+            assert runs_rolled_up(con, f) and not ledger.latency_rolled_up(con, f)  # the sums from the rollup
+            assert len(rankings) == 1
+            _frames_equal(shared, {by: q.spend_by(con, f, by) for by in ("model", "prompt")})
+            _frames_equal(shared, {by: q.spend_by(con, f, by, raw=True) for by in ("model", "prompt")})
 
 
 _TAG_PAIRS = st.tuples(st.sampled_from(["env", "a", "a=b", "team", ""]), st.sampled_from(["prod", "c", "b=c", "", "x y"]))

@@ -183,7 +183,7 @@ def scope(con: duckdb.DuckDBPyConnection, f: Filters, sets: dict[str, pl.DataFra
     temp tables computed once, instead of each query computing them again (a page runs several);
     `sets`: those sets as `run_sets` read them for `f` from the same store state, taken as they are.
     Within a scope of the same filters, another one changes nothing (a page made of parts)."""
-    if _SCOPES.get(id(con)) == f:
+    if in_scope(con, f):
         yield
         return
     needed = {name for name, wanted in (("_wb_sel_runs", f.run_level), ("_wb_hit_runs", f.call_level)) if wanted}
@@ -203,9 +203,14 @@ def scope(con: duckdb.DuckDBPyConnection, f: Filters, sets: dict[str, pl.DataFra
         _SCOPED.pop(id(con), None)
 
 
+def in_scope(con: duckdb.DuckDBPyConnection, f: Filters) -> bool:
+    """Whether `con` is within a `scope` of filters `f`."""
+    return _SCOPES.get(id(con)) == f
+
+
 def scoped(con: duckdb.DuckDBPyConnection, f: Filters, name: str, compute: Callable[[], T]) -> T:
     """`compute()`, once per `scope` of `con` and `f` (a page's queries share it); outside one, every time."""
-    if _SCOPES.get(id(con)) != f:
+    if not in_scope(con, f):
         return compute()
     values = _SCOPED.setdefault(id(con), {})
     if name not in values:
@@ -227,7 +232,7 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | No
 
 def _q(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
     built = _Sql(f)
-    prepared = _SCOPES.get(id(con)) == f
+    prepared = in_scope(con, f)
     rolled = f.call_level and not prepared and rollup.whole(con, rollup.RUNS)
     head = built.with_(prepared=prepared, rolled=rolled)
     return _frame(con, head + body, {**built.params, **(extra or {})})
@@ -275,7 +280,7 @@ def _rrq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str,
     Within a scope of a run name or tag, those rows are picked once, into a temp table its queries
     share (picking them out of every run's rows is most of each query's cost)."""
     built = _Sql(f)
-    prepared, ctes = _SCOPES.get(id(con)) == f, []
+    prepared, ctes = in_scope(con, f), []
     preds = built._days() + built._call_level(model="c.model")
     if f.run_level:
         if not prepared:

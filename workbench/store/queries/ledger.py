@@ -31,8 +31,8 @@ import duckdb
 import polars as pl
 
 from workbench.store import rollup
-from workbench.store.queries._base import (_DAY, _LIVE, _MODEL, Filters, _frame, _q, _rq, _rrq, _Sql, rolled_up,
-                                           runs_rolled_up, scoped)
+from workbench.store.queries._base import (_DAY, _LIVE, _MODEL, Filters, _frame, _q, _rq, _rrq, _Sql, in_scope,
+                                           rolled_up, runs_rolled_up, scoped)
 from workbench.store.queries.spend import CALL_MONEY, RUN_CUBE, unknown_when_unpriced
 
 OTHERS = "everything else"
@@ -138,6 +138,10 @@ def _raw_spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, main_curr
             FROM fc c GROUP BY ALL""", params)
         if by in _BUCKETED_KEYS and latency_rolled_up(con, f):
             percentiles = _bucketed_latency(con, f, by, params)
+        elif by in _SHARED_LATENCY and in_scope(con, f):
+            shared = scoped(con, f, f"shared_latency_{main_currency}",
+                            lambda: _shared_latency(con, f, latency, params))
+            percentiles = shared.filter(pl.col(f"_set_{by}") == 0).select(*names, "currency", "_ttfb", "_duration")
         else:
             percentiles = _q(con, f, f"""
                 SELECT {', '.join(f'{ckey} AS {name}' for (ckey, _), name in zip(_ROLLED_KEYS[by], names))},
@@ -160,6 +164,28 @@ def _raw_spend_by(con: duckdb.DuckDBPyConnection, f: Filters, by: str, main_curr
                {CALL_MONEY},
                {latency}
         FROM fc c {join} GROUP BY ALL""", params)
+
+
+# the breakdowns the Overview always shows: within a page's scope, the latency percentiles of both are
+# ranked in one scan of the live calls `f` selects (under a run name or tag, picking those calls out of
+# every call is most of each ranking's cost)
+_SHARED_LATENCY = ("model", "prompt")
+
+
+def _shared_latency(con: duckdb.DuckDBPyConnection, f: Filters, latency: str, params: dict) -> pl.DataFrame:
+    """The latency lists of every `_SHARED_LATENCY` breakdown, one grouping set each: a row of
+    breakdown `by` has `_set_<by>` 0, its keys and currency; the same groups and values as one query each.
+    (The keys are computed under other names first: `model` is also a column of the calls.)"""
+    keys = {name: ckey for by in _SHARED_LATENCY for (ckey, _), name in zip(_ROLLED_KEYS[by], key_columns(by))}
+    sets = ", ".join(f"({', '.join([*(f'_k_{name}' for name in key_columns(by)), '_k_currency'])})"
+                     for by in _SHARED_LATENCY)
+    return _q(con, f, f"""
+        SELECT {', '.join(f'_k_{name} AS {name}' for name in keys)}, _k_currency AS currency,
+               {', '.join(f'GROUPING(_k_{key_columns(by)[0]}) AS _set_{by}' for by in _SHARED_LATENCY)}, {latency}
+        FROM (SELECT c.*, {', '.join(f'{ckey} AS _k_{name}' for name, ckey in keys.items())},
+                     coalesce(c.currency, $main_currency) AS _k_currency
+              FROM fc c WHERE {_LIVE}) c
+        GROUP BY GROUPING SETS ({sets})""", params)
 
 
 # the breakdowns the latency rollups have the keys of: (key on the calls, key on the rollup's rows), both `c`
