@@ -50,6 +50,10 @@ def test_overview_headlines(dashboard_db):
     assert by_day["cost_micros"].sum() == PAID
     day1 = by_day.filter(by_day["day"] == date(2024, 5, 1))["cost_micros"].sum()
     assert day1 == cost("c01", "c02", "c03", "c04")
+    # in a stable order (day, model, prompt, version, currency): rows tying on day and model came
+    # back in any order, so two reads of one store could differ
+    keys = ["day", "model", "prompt_id", "prompt_version", "currency"]
+    assert by_day.equals(by_day.sort(keys, nulls_last=True)) and by_day.select(keys).is_duplicated().sum() == 0
     top = data["top_names"].row(0, named=True)
     assert top["name"] == "chat-app" and top["cost_micros"] == cost("c01", "c02", "c03", "c04", "c05")
     assert data["top_runs"]["run_id"].to_list()[:2] == ["R1", "R3"]

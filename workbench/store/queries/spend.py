@@ -140,7 +140,9 @@ def spend_by_day(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
 
 
 def day_totals(cube: pl.DataFrame) -> pl.DataFrame:
-    return rollup(cube, ("day", "model", "prompt_id", "prompt_version", "currency"), _MONEY)
+    """By day, model, prompt version and currency, in that order (the cube's rows tie on day and model)."""
+    keys = ("day", "model", "prompt_id", "prompt_version", "currency")
+    return rollup(cube, keys, _MONEY).sort(keys, nulls_last=True)
 
 
 def spend_by_model(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
