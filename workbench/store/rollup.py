@@ -337,7 +337,7 @@ def _made(table: str, rows: str, stored: str | None) -> str:
     if stored is None:
         return made
     # the stored ones found by a join built on the table's few rows (counted exactly), whose filter of
-    # their ids is looked up in the key's index (`lookups`): an anti-join of the batch scanned every stored id
+    # their ids is looked up in the key's index (`_lookups`): an anti-join of the batch scanned every stored id
     return (f"{made};\nDELETE FROM {table} WHERE call_id IN "
             f"(SELECT s.call_id FROM {table} t JOIN {stored} s ON s.call_id = t.call_id)")
 
@@ -351,13 +351,13 @@ def _fold(con: duckdb.DuckDBPyConnection, folds: list[tuple[Rollup, str]], appen
         f"INSERT INTO {spec.table} BY NAME {spec.aggregate(source)}" if append else spec.merge(source)
         for spec, source in folds), *filter(None, [after])]))
     # a file store's batch: its stored ids and its reads' writers found in the key's index (`_made`, `_OF`)
-    with nullcontext() if append else lookups(con):
+    with nullcontext() if append else _lookups(con):
         for statement in statements:
             con.execute(statement)
 
 
 @contextmanager
-def lookups(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+def _lookups(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
     """Within it, a join of up to `_LOOKUPS` rows to a keyed table finds them in the key's index instead
     of scanning every stored row for them (ids are random: no zone of the table is skipped). A fold
     of 300 reads scanned every call: 44 ms at 1M calls, 0.4 s at 10M. A statement that fails within
