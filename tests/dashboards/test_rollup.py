@@ -81,6 +81,8 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
     for spec in rollup.ROLLUPS:
         assert_frame_equal(_rollup_rows(con, "stored", spec), _rollup_rows(con, "calls", spec))
     assert q.filter_options(con) == q.filter_options(con, raw=True)
+    # a store of replayed calls only has no live latency: its percentiles stay exact whatever the limit
+    live_latencies = con.execute(f"SELECT count(*) > 0 FROM {rollup.DURATION.table} WHERE bucket IS NOT NULL").fetchall()[0][0]
     for f in filters:
         whole_days = not isinstance(f.date_from, datetime) or f.date_from.timetz() == time(tzinfo=timezone.utc)
         assert rolled_up(con, f) == (not f.run_level and whole_days)
@@ -90,9 +92,9 @@ def check_rollup(con: duckdb.DuckDBPyConnection, filters: list[q.Filters]) -> No
         for by in ("model", "provider", "prompt", "day", "week", "month"):
             # a small store's percentiles are exact; a store past the limit reads them from the buckets
             _same_spend(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True), bucketed=False)
-            with mock.patch.object(ledger, "EXACT_LATENCY_UP_TO", 0):
+            with mock.patch.object(ledger, "EXACT_LATENCY_UP_TO", 0):  # past it only with a live call to rank
                 _same_spend(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True),
-                            bucketed=by not in ("day", "week") and rolled_up(con, f))
+                            bucketed=by not in ("day", "week") and rolled_up(con, f) and live_latencies)
         for by in ((), ("prompt_id", "prompt_version", "model"), ("provider",)):
             _same(q.cache_savings(con, f, by), q.cache_savings(con, f, by, raw=True))
         if f.call_level:  # the runs a call-level filter keeps (a scope's run set)
