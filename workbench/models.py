@@ -45,7 +45,9 @@ class Usage(BaseModel):
 class PriceTier(BaseModel):
     """Prices per million tokens: integer `minor` amounts at the sheet's `scale` (see `workbench.money`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build (here and on `Exchange`, `Billed`): the validator is built at the first validation,
+    # not at import; a replay session validates no `PriceTier` nor `ModelSpec` (only `PriceSheet`s)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     input: int = Field(ge=0)
     output: int = Field(ge=0)

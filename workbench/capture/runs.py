@@ -18,7 +18,7 @@ from dataclasses import field, make_dataclass
 import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from workbench.ids import new_id
 from workbench.capture import clock, semconv
@@ -36,6 +36,8 @@ class Billed(BaseModel):
     """What a run was billed: money that left the account. Usage and exact cost over every live call
     that answered; replayed calls (answered from a cassette, never paid) are counted apart, with what
     they would have cost; calls nothing priced are counted, never taken as free."""
+
+    model_config = ConfigDict(defer_build=True)  # see `workbench.models.PriceTier`
 
     input_tokens: int = 0
     cache_read_tokens: int = 0

@@ -7,14 +7,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import json
 from urllib.parse import urlsplit
 
 from workbench.models import ModelRegistry, price_with
-from workbench.wire import (
-    anthropic_complete, anthropic_messages, gemini, openai_chat, openai_completions, openai_embeddings,
-    openai_responses,
-)
+from workbench.wire import gemini
 from workbench.wire.call import Call, Exchange, ToolCall, Wire
 from workbench.wire.canonical import request_hash
 from workbench.wire.decode import decode_body
@@ -25,14 +24,15 @@ __all__ = [
     "Call", "Exchange", "ToolCall", "Wire", "is_complete", "masked_call", "parse_exchange", "priced", "provider_of", "wire_of",
 ]
 
+# wire -> its parser's module, imported at its first call: a process reading one wire loads one parser
 _PARSERS = {
-    "openai.chat": openai_chat,
-    "openai.responses": openai_responses,
-    "anthropic.messages": anthropic_messages,
-    "openai.embeddings": openai_embeddings,
-    "google.gemini": gemini,
-    "openai.completions": openai_completions,
-    "anthropic.complete": anthropic_complete,
+    "openai.chat": "openai_chat",
+    "openai.responses": "openai_responses",
+    "anthropic.messages": "anthropic_messages",
+    "openai.embeddings": "openai_embeddings",
+    "google.gemini": "gemini",
+    "openai.completions": "openai_completions",
+    "anthropic.complete": "anthropic_complete",
 }
 # host suffix -> provider; anything else is named by its host
 _HOSTS = {
@@ -80,6 +80,12 @@ def provider_of(url: str, wire: Wire) -> str:
     return host
 
 
+@functools.cache  # a dictionary lookup per call, not import machinery
+def _parser(wire: Wire):
+    name = _PARSERS.get(wire)
+    return importlib.import_module(f"workbench.wire.{name}") if name else None
+
+
 def _headers(headers: dict[str, str]) -> dict[str, str]:
     return {name.lower(): value for name, value in headers.items()}
 
@@ -89,7 +95,7 @@ def is_complete(wire: Wire, body: bytes, content_encoding: str | None = None) ->
     wire module's `is_complete` says where: an Anthropic `message_delta` with usage, an OpenAI chat
     usage chunk after the finish reason, a Responses `response.completed`, a Gemini chunk with its
     `finishReason` and usage)?"""
-    parser = _PARSERS.get(wire)
+    parser = _parser(wire)
     if parser is None:
         return True
     text = decode_body(body, content_encoding).decode("utf-8", "replace")
@@ -132,7 +138,7 @@ def _parse(call: Call, exchange: Exchange, body_cap: int, hash_request: bool) ->
     if exchange.status is None:
         call.error_type = "transport_error"
         return
-    parser = _PARSERS.get(call.wire)
+    parser = _parser(call.wire)
     if parser is None:
         return
     if looks_like_sse(body, response_headers.get("content-type", "")):

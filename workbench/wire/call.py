@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from workbench.models import Usage
 
@@ -23,6 +23,8 @@ class ToolCall:
 
 class Exchange(BaseModel):
     """One HTTP request and its response as bytes: what every wire parser reads."""
+
+    model_config = ConfigDict(defer_build=True)  # see `workbench.models.PriceTier`
 
     method: str = "POST"
     url: str
