@@ -130,7 +130,9 @@ def _savings_frame(per_price: pl.DataFrame, sheets: dict[str, PriceSheet], by: t
         "calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "replayed_calls",
         "unpriced_calls")}, "currency": pl.Utf8, "read_savings_micros": pl.Int64, "write_premium_micros": pl.Int64,
         "net_savings_micros": pl.Int64}
-    return pl.DataFrame(rows, schema=schema).sort(["net_savings_micros", "calls"], descending=True)
+    # ties cut by the group's names: the groups come in the calls' order, which a read does not fix
+    return pl.DataFrame(rows, schema=schema).sort(["net_savings_micros", "calls", *by],
+                                                  descending=[True, True, *(False for _ in by)], nulls_last=True)
 
 
 def cache_totals(groups: pl.DataFrame) -> pl.DataFrame:
