@@ -6,11 +6,13 @@ are in the store, the time after its exit until then, and the CPU its ingesters 
     python benchmarks/eval_exit_ab.py /tmp/eval-ab 3 main=/tmp/main-copy branch=.
 
 Each tree is put first on PYTHONPATH of the eval (and so of the ingesters it starts). The suite and
-its cassette are recorded once into ROOT (with the first tree) and reused."""
+its cassette are recorded once into ROOT (with the first tree) and copied into a project of each
+tree's own (ROOT/trees/NAME), so that each tree has its own store."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,10 +69,19 @@ def main() -> None:
         if recorded["rc"] != 0:
             raise SystemExit(recorded["err"])
     results: dict[str, list[dict]] = {name: [] for name in trees}
+    # a project and store a tree: an older tree refuses a store a newer one migrated (its ingester
+    # fails at once, and its "stored" time is then that failure's)
+    projects = {name: root / "trees" / name for name in trees}
+    for project in projects.values():
+        if not project.exists():
+            project.mkdir(parents=True)
+            for part in ("evals", "cassettes"):
+                shutil.copytree(root / part, project / part, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copy(root / "models.toml", project / "models.toml")
     for _ in range(repeats):
         for name, tree in trees.items():
-            er.settle(root)
-            result = one(root, tree)
+            er.settle(projects[name], {**er.offline_env(projects[name], "http://127.0.0.1:9/v1"), "PYTHONPATH": tree})
+            result = one(projects[name], tree)
             results[name].append(result)
             print(name, {key: round(value, 3) if isinstance(value, float) else value for key, value in result.items()},
                   flush=True)
