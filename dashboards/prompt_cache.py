@@ -18,8 +18,10 @@ filters = ui.page_header(
 )
 # the headline first: its figures paint while the tables below are still being read
 data = ui.load("cache_headline", filters)
-totals = data["totals"].row(0, named=True)
-currency = totals["currency"] or "USD"
+# a row per currency: the counts are summed, the money is shown per currency (never added across)
+by_currency = data["totals"]
+totals = by_currency.drop("currency").sum().row(0, named=True)
+currency = by_currency["currency"][0] or "USD"  # the main one: the chart's
 input_all = totals["input_tokens"] + totals["cache_read_tokens"] + totals["cache_write_tokens"]
 
 cols = st.columns(5)
@@ -28,10 +30,10 @@ cols[0].metric("Read share", ui.share(totals["cache_read_tokens"], input_all),
 cols[1].metric("Request hit rate", ui.share(totals["hit_calls"], totals["calls"]),
                help=f"{totals['hit_calls']:,} of {totals['calls']:,} settled calls")
 # savings are shown exact (not rounded up like a bill), so net = saved by reads - write premium, digit for digit
-cols[2].metric("Net savings", ui.exact(totals["net_savings_micros"], currency),
+cols[2].metric("Net savings", ui.money_by_currency(by_currency, "net_savings_micros"),
                help="what the reads saved minus what the writes cost above plain input")
-cols[3].metric("Saved by reads", ui.exact(totals["read_savings_micros"], currency))
-cols[4].metric("Write premium", ui.exact(totals["write_premium_micros"], currency))
+cols[3].metric("Saved by reads", ui.money_by_currency(by_currency, "read_savings_micros"))
+cols[4].metric("Write premium", ui.money_by_currency(by_currency, "write_premium_micros"))
 if totals["replayed_calls"]:
     st.caption(f"{totals['replayed_calls']:,} of these calls were replayed from cassettes: their cache use is in the "
                "token figures, and they saved no money (they were never paid for).")
@@ -52,6 +54,8 @@ if not by.is_empty():
     chart = ui.with_prompt_labels(by.filter(pl.col("currency").is_null() | (pl.col("currency") == currency)))
     chart = chart.group_by("prompt", "model").agg(pl.col("net_savings_micros").sum())
     ui.bar_chart(chart, "prompt", "net_savings_micros", "model", "Net savings by prompt", x_type="N", currency=currency)
+    if by_currency.height > 1:
+        st.caption(f"The chart shows {currency} only; the other currencies are in the table.")
 ui.table(by, "cache_by_prompt_model", money_columns=(),
          exact_columns=("net_savings_micros", "read_savings_micros", "write_premium_micros"))
 

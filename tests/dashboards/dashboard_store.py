@@ -18,9 +18,12 @@ ALPHA = ModelSpec(id="alpha", provider="openai", input=300, output=1500, cache_r
 BETA = ModelSpec(id="beta", provider="anthropic", input=80, output=400, scale=3, context_window=200_000,
                  max_output=4096, source="test", as_of=date(2024, 1, 1),
                  long_context={"above_input_tokens": 10_000_000, "input": 160, "output": 600})
-SPECS = {"alpha": ALPHA, "beta": BETA}
-PROVIDERS = {"alpha": "openai", "beta": "anthropic", "mystery": "openrouter"}
-WIRES = {"alpha": "openai.chat", "beta": "anthropic.messages", "mystery": "openai.chat"}
+# priced in euros (a negotiated price in the project's models.toml): only `TWO_CURRENCIES` calls it
+GAMMA = ModelSpec(id="gamma", provider="openai", currency="EUR", input=250, output=1000, cache_read=25,
+                  context_window=100_000, max_output=4096, source="test", as_of=date(2024, 1, 1))
+SPECS = {"alpha": ALPHA, "beta": BETA, "gamma": GAMMA}
+PROVIDERS = {"alpha": "openai", "beta": "anthropic", "gamma": "openai", "mystery": "openrouter"}
+WIRES = {"alpha": "openai.chat", "beta": "anthropic.messages", "gamma": "openai.chat", "mystery": "openai.chat"}
 
 TOKENS = 1000  # every usage figure below is in thousands of tokens, so totals run to dollars
 # call id, run id, minutes after DAY1, model, usage (thousands), prompt (id, version), flags
@@ -41,6 +44,19 @@ CALLS = [
      ("summarize", "2"), {"replayed": True}),
     ("c10", "R4", 48 * 60 + 1, "mystery", dict(input_tokens=300, output_tokens=30), ("summarize", "2"), {}),
     ("c11", None, 48 * 60 + 5, "alpha", dict(input_tokens=10, output_tokens=5), (None, None), {}),
+]
+# one prompt whose calls were priced in two currencies, with a replayed and an unpriced call
+TWO_CURRENCIES = [
+    ("d01", "R1", 0, "alpha", dict(input_tokens=1000, cache_write_tokens=2000, output_tokens=100), ("greet", "1"), {}),
+    ("d02", "R1", 1, "alpha", dict(input_tokens=50, cache_read_tokens=2000, output_tokens=80), ("greet", "1"), {}),
+    ("d03", "R1", 2, "alpha", dict(input_tokens=20, cache_read_tokens=1000, output_tokens=10), ("greet", "1"), {}),
+    ("d04", "R1", 3, "alpha", dict(input_tokens=10, cache_read_tokens=900, output_tokens=10), ("greet", "1"),
+     {"replayed": True}),
+    ("d05", "R2", 14 * 60, "gamma", dict(input_tokens=300, cache_write_tokens=700, output_tokens=50), ("greet", "1"), {}),
+    ("d06", "R2", 14 * 60 + 1, "gamma", dict(input_tokens=40, cache_read_tokens=3000, output_tokens=60),
+     ("greet", "1"), {}),
+    ("d07", "R2", 14 * 60 + 2, "mystery", dict(input_tokens=300, cache_read_tokens=100, output_tokens=30),
+     ("greet", "1"), {}),
 ]
 # run id, parent, name, status, error code, minutes after DAY1, tags, prompt
 RUNS = [

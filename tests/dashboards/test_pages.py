@@ -57,6 +57,23 @@ def test_cache_figures(dashboard_db, monkeypatch):
     assert shown["Request hit rate"] == "40.0%"
 
 
+
+def test_cache_savings_in_two_currencies_are_shown_apart(tmp_path, monkeypatch):
+    from test_queries import _savings
+
+    db = fx.build(tmp_path / "workbench.duckdb", evals=False, calls=fx.TWO_CURRENCIES, compactions=[])
+    calls = fx.call_rows(fx.TWO_CURRENCIES)
+    at = render(db, monkeypatch, "prompt_cache.py")
+    shown = metrics(at)
+    dollars = _savings([c for c in calls if c["currency"] != "EUR"])
+    euros = _savings([c for c in calls if c["currency"] == "EUR"])
+    assert shown["Net savings"] == (f"{format_amount(dollars[0] - dollars[1], 'USD')} + "
+                                    f"{format_amount(euros[0] - euros[1], 'EUR')}")
+    assert shown["Saved by reads"] == f"{format_amount(dollars[0], 'USD')} + {format_amount(euros[0], 'EUR')}"
+    hits = sum(c["cache_read_tokens"] > 0 for c in calls)
+    assert shown["Request hit rate"] == f"{100 * hits / len(calls):.1f}%" == "71.4%"  # in any currency
+    assert any("other currencies are in the table" in caption.value for caption in at.caption)
+
 def test_compaction_and_evals_figures(dashboard_db, monkeypatch):
     shown = metrics(render(dashboard_db, monkeypatch, "compaction.py"))
     assert shown["Summary cost"] == format_amount(sum(x[8] for x in fx.COMPACTIONS))

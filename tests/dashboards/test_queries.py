@@ -100,6 +100,35 @@ def test_cache_headlines_and_savings(dashboard_db):
     assert data["unstable"]["run_id"].to_list() == ["R3"]
 
 
+
+@pytest.fixture(scope="module")
+def two_currency_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return fx.build(tmp_path_factory.mktemp("currencies") / "workbench.duckdb", evals=False,
+                    calls=fx.TWO_CURRENCIES, compactions=[])
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_cache_savings_never_add_two_currencies(two_currency_db, raw):
+    """A prompt priced in dollars and in euros is a row per currency, and so are the totals; calls
+    with no price (and no currency) count on the row of the main currency, as the ledger does."""
+    calls = fx.call_rows(fx.TWO_CURRENCIES)
+    dollars = [c for c in calls if c["model_served"] in ("alpha", "mystery")]
+    euros = [c for c in calls if c["model_served"] == "gamma"]
+    expected = {"USD": (dollars, *_savings(dollars)), "EUR": (euros, *_savings(euros))}
+    groups, totals = read(two_currency_db, lambda con: (
+        q.cache_savings(con, q.Filters(), ("prompt_id",), raw=raw), q.cache_totals(q.cache_savings(con, q.Filters(), raw=raw))))
+    assert totals["currency"].to_list() == ["USD", "EUR"]  # the main currency first: it has the most calls
+    assert sorted(groups["currency"]) == ["EUR", "USD"] and groups["prompt_id"].to_list() == ["greet", "greet"]
+    for frame in (groups, totals):
+        for row in frame.iter_rows(named=True):
+            mine, read_savings, write_premium = expected[row["currency"]]
+            assert (row["calls"], row["read_savings_micros"], row["write_premium_micros"]) == (
+                len(mine), read_savings, write_premium)
+            assert row["net_savings_micros"] == read_savings - write_premium
+            assert row["replayed_calls"] == sum(c["replayed"] for c in mine)
+            assert row["unpriced_calls"] == sum(c["price_source"] is None for c in mine)
+    assert expected["EUR"][1] > 0 and expected["USD"][1] > 0
+
 def test_failure_headlines(dashboard_db):
     data = read(dashboard_db, lambda con: q.failures_page(con, q.Filters()))
     totals = data["totals"].row(0, named=True)

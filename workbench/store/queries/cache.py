@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from fractions import Fraction
 
 import duckdb
@@ -101,14 +102,28 @@ def cache_savings(con: duckdb.DuckDBPyConnection, f: Filters, by: tuple[str, ...
     return _savings_frame(per_price, sheets, by)
 
 
+_COUNTS = ("calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "replayed_calls",
+           "unpriced_calls")
+_MONEY = ("read_savings_micros", "write_premium_micros", "net_savings_micros")
+
+
 def _savings_frame(per_price: pl.DataFrame, sheets: dict[str, PriceSheet], by: tuple[str, ...]) -> pl.DataFrame:
-    """Settled calls' sums per group, price row, tier and live or replayed, priced into the groups' savings."""
+    """Settled calls' sums per group, price row, tier and live or replayed, priced into the groups'
+    savings: a row per group and currency (a sum never adds two), calls with no price on the row of
+    the main currency (the one most calls were priced in; ties: the first by name), as the ledger does."""
+    currencies = [sheets[source].currency if source in sheets else None for source in per_price["price_source"]]
+    priced = Counter()
+    for currency, calls in zip(currencies, per_price["calls"]):
+        if currency is not None:
+            priced[currency] += calls
+    main = min(priced, key=lambda currency: (-priced[currency], currency), default="USD")
     groups: dict[tuple, dict] = {}
-    for row in per_price.iter_rows(named=True):
-        group = groups.setdefault(tuple(row[name] for name in by), {
+    for row, currency in zip(per_price.iter_rows(named=True), currencies):
+        currency = currency or main
+        group = groups.setdefault((*(row[name] for name in by), currency), {
             **{name: row[name] for name in by}, "calls": 0, "hit_calls": 0, "input_tokens": 0,
             "cache_read_tokens": 0, "cache_write_tokens": 0, "replayed_calls": 0, "unpriced_calls": 0,
-            "currency": None, "read": Fraction(0), "write": Fraction(0)})
+            "currency": currency, "read": Fraction(0), "write": Fraction(0)})
         for name in ("calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens"):
             group[name] += row[name]
         sheet = sheets.get(row["price_source"]) if row["price_source"] else None
@@ -120,30 +135,27 @@ def _savings_frame(per_price: pl.DataFrame, sheets: dict[str, PriceSheet], by: t
             read, write = _savings(sheet, row["tier"], row)
             group["read"] += read
             group["write"] += write
-            group["currency"] = group["currency"] or sheet.currency
     rows = []
     for group in groups.values():
         read, write = int(group.pop("read")), int(group.pop("write"))
         rows.append({**group, "read_savings_micros": read, "write_premium_micros": write,
                      "net_savings_micros": read - write})
-    schema = {**{name: pl.Utf8 for name in by}, **{name: pl.Int64 for name in (
-        "calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "replayed_calls",
-        "unpriced_calls")}, "currency": pl.Utf8, "read_savings_micros": pl.Int64, "write_premium_micros": pl.Int64,
-        "net_savings_micros": pl.Int64}
+    schema = {**{name: pl.Utf8 for name in by}, **{name: pl.Int64 for name in _COUNTS}, "currency": pl.Utf8,
+              **{name: pl.Int64 for name in _MONEY}}
     # ties cut by the group's names: the groups come in the calls' order, which a read does not fix
-    return pl.DataFrame(rows, schema=schema).sort(["net_savings_micros", "calls", *by],
-                                                  descending=[True, True, *(False for _ in by)], nulls_last=True)
+    return pl.DataFrame(rows, schema=schema).sort(
+        ["net_savings_micros", "calls", *by, "currency"], descending=[True, True, *(False for _ in by), False],
+        nulls_last=True)
 
 
 def cache_totals(groups: pl.DataFrame) -> pl.DataFrame:
-    """`cache_savings` groups summed to one row (the total is the sum of the rows shown)."""
-    columns = ["calls", "hit_calls", "input_tokens", "cache_read_tokens", "cache_write_tokens", "replayed_calls",
-               "unpriced_calls", "read_savings_micros", "write_premium_micros", "net_savings_micros"]
+    """`cache_savings` groups summed per currency (a total never adds two), the currency with the
+    most calls first; one row of zeros when there are none."""
     if groups.is_empty():
-        return pl.DataFrame({**{name: [0] for name in columns}, "currency": [None]},
+        return pl.DataFrame({**{name: [0] for name in (*_COUNTS, *_MONEY)}, "currency": [None]},
                             schema_overrides={"currency": pl.Utf8})
-    return groups.select(*(pl.col(name).sum() for name in columns),
-                         pl.col("currency").drop_nulls().first().alias("currency"))
+    return (groups.group_by("currency").agg(*(pl.col(name).sum() for name in (*_COUNTS, *_MONEY)))
+            .sort(["calls", "currency"], descending=[True, False]))
 
 
 def unstable_prefix_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 200, raw: bool = False
