@@ -416,6 +416,31 @@ def test_the_overviews_model_and_prompt_latency_is_ranked_in_one_read_of_the_cal
             _frames_equal(shared, {by: q.spend_by(con, f, by, raw=True) for by in ("model", "prompt")})
 
 
+
+def test_under_a_run_name_or_tag_the_overviews_breakdowns_regroup_its_spend_cube(dashboard_db):
+    """Within a page's scope of a run name or tag, the spend cube reads the per-run rollup's rows of the
+    selected runs once; the breakdowns by model and by prompt take their sums and main currency from it
+    (picking those rows out of every run's is most of each read's cost), so the only read they add is
+    their latency ranking; and they show what each breakdown read alone, and raw, shows."""
+    from workbench.store.queries import _base
+
+    with open_store(dashboard_db, read_only=True) as con:
+        for f in (f for f in PART_FILTERS if f.run_level):
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(scope(con, f))
+                q.spend_cube(con, f)  # the headline's
+                reads = [stack.enter_context(mock.patch.object(module, name, wraps=getattr(module, name)))
+                         for module, name in ((_base, "_frame"), (_base, "_frame_exec"), (ledger, "_frame"))]
+                shared = {by: q.spend_by(con, f, by) for by in ("model", "prompt")}
+            assert runs_rolled_up(con, f) and not rolled_up(con, f)
+            statements = [call.args[1] for read in reads for call in read.call_args_list]
+            assert len(statements) == 1 and "quantile_cont" in statements[0], statements
+            _frames_equal(shared, {by: q.spend_by(con, f, by) for by in ("model", "prompt")})
+            _frames_equal(shared, {by: q.spend_by(con, f, by, raw=True) for by in ("model", "prompt")})
+            for by in ("provider", "day", "week", "month"):  # the other keys the cube has
+                assert_frame_equal(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True), check_exact=True)
+
+
 _TAG_PAIRS = st.tuples(st.sampled_from(["env", "a", "a=b", "team", ""]), st.sampled_from(["prod", "c", "b=c", "", "x y"]))
 
 

@@ -277,8 +277,7 @@ def runs_rolled_up(con: duckdb.DuckDBPyConnection, f: Filters) -> bool:
 
 def _rrq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
     """`body` over `fc`: the per-run rollup's rows of the calls `f` selects (see `runs_rolled_up`).
-    Within a scope of a run name or tag, those rows are picked once, into a temp table its queries
-    share (picking them out of every run's rows is most of each query's cost)."""
+    (A page reads them once: its spend cube, which the breakdowns beside it regroup.)"""
     built = _Sql(f)
     prepared, ctes = in_scope(con, f), []
     preds = built._days() + built._call_level(model="c.model")
@@ -286,12 +285,7 @@ def _rrq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str,
         if not prepared:
             ctes.append(built._selected_runs())
         preds.append(f"c.run_id IN (SELECT run_id FROM {'_wb_sel_runs' if prepared else 'sel_runs'})")
-    rows = f"SELECT * FROM call_run_rollup c WHERE {' AND '.join(preds) or 'true'}"
-    if prepared and f.run_level:
-        scoped(con, f, "run_rows", lambda: _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE _wb_run_rows AS {rows}",
-                                                       built.params) or True)
-        rows = "SELECT * FROM _wb_run_rows"
-    ctes.append(f"fc AS ({rows})")
+    ctes.append(f"fc AS (SELECT * FROM call_run_rollup c WHERE {' AND '.join(preds) or 'true'})")
     return _frame(con, "WITH RECURSIVE " + ",\n".join(ctes) + "\n" + body, {**built.params, **(extra or {})})
 
 

@@ -8,7 +8,7 @@ import duckdb
 import polars as pl
 
 from workbench.store import rollup as daily
-from workbench.store.queries._base import Filters, _LIVE, _MODEL, _q, _rq, _rrq, rolled_up, runs_rolled_up
+from workbench.store.queries._base import Filters, _LIVE, _MODEL, _q, _rq, _rrq, rolled_up, runs_rolled_up, scoped
 
 # -- Overview ------------------------------------------------------------------------------------
 
@@ -44,10 +44,11 @@ def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) ->
                    {', '.join(f'sum(c.{name})::BIGINT AS {name}' for name in daily.CUBE)}
             FROM fc c GROUP BY ALL ORDER BY day, model""")
     if not raw and runs_rolled_up(con, f):
-        return _rrq(con, f, f"""
+        # once within a scope: the breakdowns a page shows beside it regroup it (`ledger.spend_by`)
+        return scoped(con, f, "run_cube", lambda: _rrq(con, f, f"""
             SELECT (DATE '1970-01-01' + c.day_n) AS day, c.provider, c.model, c.prompt_id, c.prompt_version, c.currency,
                    {', '.join(f'{expr} AS {name}' for name, expr in RUN_CUBE.items())}
-            FROM fc c GROUP BY ALL ORDER BY day, model""")
+            FROM fc c GROUP BY ALL ORDER BY day, model"""))
     return _q(con, f, f"""
         , cube AS (
             SELECT epoch_us(c.started_at) // 86400000000 AS day_n, c.provider, {_MODEL} AS model, c.prompt_id,
@@ -166,11 +167,14 @@ def prompt_totals(cube: pl.DataFrame) -> pl.DataFrame:
 
 def run_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
     """Top-level runs by status; the failure rate is failed / (ok + failed)."""
+    # one read of the runs for both kinds (under a run name or tag, picking them out is each read's cost)
     return _q(con, f, """
-        SELECT count(*) AS runs, count(*) FILTER (WHERE r.status = 'failed') AS failed,
-               count(*) FILTER (WHERE r.status = 'ok') AS ok, count(*) FILTER (WHERE r.status = 'running') AS running,
-               (SELECT count(*) FROM fr WHERE parent_run_id IS NOT NULL) AS nested_runs
-        FROM fr r WHERE r.parent_run_id IS NULL""")
+        SELECT count(*) FILTER (WHERE r.parent_run_id IS NULL) AS runs,
+               count(*) FILTER (WHERE r.parent_run_id IS NULL AND r.status = 'failed') AS failed,
+               count(*) FILTER (WHERE r.parent_run_id IS NULL AND r.status = 'ok') AS ok,
+               count(*) FILTER (WHERE r.parent_run_id IS NULL AND r.status = 'running') AS running,
+               count(*) FILTER (WHERE r.parent_run_id IS NOT NULL) AS nested_runs
+        FROM fr r""")
 
 
 def top_run_names(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
