@@ -69,9 +69,7 @@ class Billed(BaseModel):
     def full_cost_micros(self) -> int | None:
         """What every answered call cost or, replayed, would have cost: the figure to compare a run
         replayed from cassettes with one that paid. None when a call was unpriced."""
-        if self.unpriced_calls or self.replayed_unpriced_calls:
-            return None
-        return self.cost_micros + self.replayed_cost_micros
+        return _full_cost(self)
 
     def __str__(self) -> str:
         """`3 live calls: 0.000246 USD exact, bill 0.01 USD, 1 unpriced; 2 replayed: would cost 0.0007 USD`."""
@@ -93,6 +91,13 @@ class Billed(BaseModel):
             parts.append(f"{calls(self.replayed_calls, 'replayed')}: would cost "
                          f"{format_priced(would, self.currency, self.replayed_unpriced_calls)}")
         return "; ".join(parts)
+
+
+def _full_cost(billed) -> int | None:
+    """`Billed.full_cost_micros` of a `Billed` or of a run's running `_Tally`."""
+    if billed.unpriced_calls or billed.replayed_unpriced_calls:
+        return None
+    return billed.cost_micros + billed.replayed_cost_micros
 
 
 # a run's running bill: `Billed`'s fields as plain slots (a model's checked attribute set would cost
@@ -137,6 +142,12 @@ class Run:
     def billed(self) -> Billed:
         with self._lock:
             return Billed(**{name: getattr(self._billed, name) for name in _Tally.__slots__})
+
+    @property
+    def full_cost_micros(self) -> int | None:
+        """`billed.full_cost_micros`, without a `Billed` built for it (an eval reads it once a case)."""
+        with self._lock:
+            return _full_cost(self._billed)
 
     @property
     def has_bill(self) -> bool:

@@ -512,8 +512,7 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
                 "WB_EVAL_CASE_ERROR", f"no scorer gave case {case.id} a score (only labels: "
                 f"{', '.join(sorted(scores))})", "add a scorer that returns a bool or a number in [0, 1]",
             ), "scorer"
-    billed = case_run.billed
-    cost = billed.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
+    cost = case_run.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
     text = None if output is None else as_text(output)[:OUTPUT_CHARS]  # the object itself is not kept
     at, size = (0, 0) if text is None else eval_run.outputs.keep(text)
     sample = Sample(context.epoch, None if text is None else eval_run.outputs, at, size, scores, cost, case_run.run_id,

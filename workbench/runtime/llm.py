@@ -194,7 +194,8 @@ async def llm_async(
 
             async def call(attempt: int, repair_of: str | None) -> Completion:
                 completion = await gateway.complete(request)
-                if not completion.cached:
+                # the hook's info holds the run's bill so far, a model built for it: only when it is read
+                if on_call is not None and not completion.cached:
                     await call_hook(on_call, CallInfo(
                         attempt=attempt, model=completion.model, provider=completion.provider,
                         stop_reason=completion.stop_reason, usage=completion.usage,
