@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import importlib
 import json
+import operator
 from urllib.parse import urlsplit
 
 import orjson
@@ -197,12 +198,15 @@ def priced(call: Call, registry: ModelRegistry) -> Call:
     return call
 
 
+_CALL_FIELDS = operator.attrgetter(*(item.name for item in dataclasses.fields(Call)))  # in __init__'s order
+
+
 def masked_call(call: Call, known: list[str] | tuple[str, ...] = ()) -> Call:
     """A copy of `call` whose text holds no secret: secret-shaped values (a key pasted into a prompt)
     and the `known` credential values the request sent (a key a provider echoes in its 401 body)
     masked. A copy, because the caller may still be reading the original (the runtime reads a
     run's call while the recorder writes it)."""
-    copy = dataclasses.replace(call)
+    copy = Call(*_CALL_FIELDS(call))  # `dataclasses.replace(call)`, without its walk of the fields each call
     for name in ("request_json", "response_json", "error_message", "output_text", "refusal"):
         setattr(copy, name, mask_secrets(getattr(call, name), known))
     copy.tool_calls = [
