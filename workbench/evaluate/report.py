@@ -52,11 +52,19 @@ def _statuses(outcome: Outcome) -> Iterator[tuple]:
         yield result, verdict, status
 
 
-def _rows(outcome: Outcome, excerpts: bool = True) -> Iterator[dict]:
+def _moved(verdict, status: str) -> bool:
+    """A case the console lists in a long suite: it failed, errored, or moved from its baseline."""
+    return status in ("fail", "error") or not (verdict is None or verdict.delta is None or round(verdict.delta, 6) == 0)
+
+
+def _rows(outcome: Outcome, excerpts: bool = True, moved_only: bool = False) -> Iterator[dict]:
     """Each case's row, one at a time: the console keeps only the moved ones of a long suite, so a
     100,000-case run never holds a row per case to print a few. `excerpts=False`: without the
-    output's excerpt (read back from the run's output file), for the reports that show none."""
+    output's excerpt (read back from the run's output file), for the reports that show none.
+    `moved_only`: only the cases `_moved` keeps, the others never built (nor their outputs read)."""
     for result, verdict, status in _statuses(outcome):
+        if moved_only and not _moved(verdict, status):
+            continue
         scored = next((sample for sample in result.samples if sample.error is None), result.samples[0])
         yield {
             "case": result.case_id,
@@ -290,10 +298,8 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
         for name in names:
             table.add_column(name, justify="left" if name in {"case", "status", "samples"} else "right")
         cases = len(outcome.eval_run.results)
-        rows = _rows(outcome)
-        if cases > CONSOLE_ALL_CASES:  # a long suite: the cases that moved, failed or errored, then a count
-            rows = (row for row in rows if row["status"] in ("fail", "error") or row["delta"] not in (None, 0))
-        rows = list(rows)
+        # a long suite: the cases that moved, failed or errored, then a count
+        rows = list(_rows(outcome, moved_only=cases > CONSOLE_ALL_CASES))
         for row in rows:
             style = {"fail": "red", "error": "red", "pass": "green"}.get(row["status"], "")
             scores = [_samples(row["samples"]), _fmt(row["score"]), _spread(row["spread"])] if sampled else [_fmt(row["score"])]
