@@ -248,9 +248,8 @@ class ModelRegistry:
 
 
 def price_with(sheet: PriceSheet, usage: Usage) -> Priced:
-    # our own int and the sheet's validated strings: nothing to validate again (twice a runtime call)
-    return Priced.model_construct(cost_micros=_tier_cost(sheet.tier_for(usage), usage, sheet.scale, sheet.currency),
-                                  currency=sheet.currency, price_source=sheet.price_source)
+    return Priced(cost_micros=_tier_cost(sheet.tier_for(usage), usage, sheet.scale, sheet.currency),
+                  currency=sheet.currency, price_source=sheet.price_source)
 
 
 def read_models_toml(path: Path) -> list[ModelSpec]:

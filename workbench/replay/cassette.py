@@ -125,18 +125,15 @@ def _interaction(raw) -> Interaction:
         reason, status = status.get("message", ""), status.get("code")
     else:
         reason = ""
-    # every field given, each already of its type (str, dict[str, list[str]], bytes, int): built
-    # without a second validation, once for every interaction a replay plays
-    return Interaction.model_construct(
-        request=RecordedRequest.model_construct(
+    return Interaction(
+        request=RecordedRequest(
             method=str(request.get("method", "POST")).upper(),
             uri=request["uri"],
             headers=_headers(request.get("headers")),
             body=_bytes(request_body),
         ),
-        response=RecordedResponse.model_construct(status=_status(status), reason=str(reason or ""),
-                                                  headers=_headers(response.get("headers")),
-                                                  body=_bytes(response_body)),
+        response=RecordedResponse(status=_status(status), reason=str(reason or ""),
+                                  headers=_headers(response.get("headers")), body=_bytes(response_body)),
     )
 
 

@@ -72,6 +72,16 @@ def prompt_fences(template: str) -> dict[str, list[str]]:
     return out
 
 
+# one encoder, not one a call (`json.dumps` with options builds its encoder each time); stateless
+_VARS_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+
+
+def vars_json(variables: Mapping[str, Any]) -> str:
+    """The variables as a run's `vars` tag: `json.dumps(variables, sort_keys=True, ensure_ascii=False,
+    default=str)`, so captured traffic can become eval cases (`workbench eval cases-from-runs`)."""
+    return _VARS_ENCODER.encode(variables)
+
+
 def screen_secrets(variables: Mapping[str, Any], where: str) -> None:
     """A secret-typed value (pydantic's SecretStr, SecretBytes, Secret[...]) among the variables
     is refused: it would render as `**********`, a prompt that reads fine and means something else."""
