@@ -1,5 +1,6 @@
 """What `workbench eval` loads: a progress bar only on a terminal (in CI or a pipe, not even its
-module); PyYAML only for a YAML cassette (the example suites' cassettes are JSON)."""
+module); PyYAML only for a YAML cassette (the example suites' cassettes are JSON); ElementTree only
+for --junit."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from eval_support import OFFLINE_ENV
 LOADED_AT_EXIT = """
 import atexit, sys
 atexit.register(lambda: print("loaded:", sorted(name for name in sys.modules if name.startswith("rich.progress"))))
-atexit.register(lambda: print("yaml loaded:", "yaml" in sys.modules))
+atexit.register(lambda: print("yaml, xml loaded:", "yaml" in sys.modules, "xml.etree.ElementTree" in sys.modules))
 from workbench.cli import main
 main()
 """
@@ -32,6 +33,6 @@ def test_an_eval_in_a_pipe_never_imports_the_progress_bar(examples):
     assert "loaded: []" in _eval_classifier(examples)
 
 
-def test_an_eval_replaying_a_json_cassette_never_imports_pyyaml(examples):
+def test_an_eval_replaying_a_json_cassette_without_junit_imports_neither_pyyaml_nor_elementtree(examples):
     assert (examples / "cassettes" / "classifier.json").is_file()
-    assert "yaml loaded: False" in _eval_classifier(examples)
+    assert "yaml, xml loaded: False False" in _eval_classifier(examples)

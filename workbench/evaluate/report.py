@@ -9,8 +9,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Iterator
-from typing import TextIO
-from xml.etree import ElementTree
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -20,6 +19,9 @@ from workbench.evaluate import stats
 from workbench.evaluate.gate import Outcome
 from workbench.evaluate.scorers import as_text
 from workbench.money import format_amount, format_exact
+
+if TYPE_CHECKING:  # imported by the JUnit writer alone: an eval without --junit never loads it
+    from xml.etree import ElementTree
 
 STATUS_TEXT = {"pass": "pass", "regression": "regression", "recorded": "recorded", "error": "no verdict"}
 
@@ -173,6 +175,8 @@ def to_json(outcomes: list[Outcome]) -> str:
 def _xml(element: ElementTree.Element, open_only: bool = False) -> str:
     """An element as ElementTree writes it (its escaping is the one JUnit readers were given);
     `open_only`: its start tag alone, for an element written with its children after it."""
+    from xml.etree import ElementTree
+
     text = ElementTree.tostring(element, encoding="unicode")
     return text.removesuffix(" />") + ">" if open_only else text
 
@@ -180,6 +184,8 @@ def _xml(element: ElementTree.Element, open_only: bool = False) -> str:
 def write_junit(outcomes: list[Outcome], out: TextIO) -> None:
     """JUnit XML, written to `out` a case at a time: the text ElementTree writes for the whole tree,
     indented (`ElementTree.indent`), without building it."""
+    from xml.etree import ElementTree
+
     out = _Batched(out)
     root = ElementTree.Element("testsuites", name="workbench eval")
     declared = ElementTree.tostring(root, encoding="unicode", xml_declaration=True)
@@ -212,6 +218,8 @@ def write_junit(outcomes: list[Outcome], out: TextIO) -> None:
 
 
 def _junit_case(suite: str, row: dict) -> ElementTree.Element:
+    from xml.etree import ElementTree
+
     case = ElementTree.Element("testcase", classname=suite, name=row["case"])
     text = json.dumps({"score": row["score"], "spread": row["spread"], "samples": row["samples"],
                        "baseline": row["baseline"], "p_value": row["p_value"], "scores": row["scores"],
