@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from datetime import datetime, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.wire import Exchange, parse_exchange
+from workbench.models import Usage
+from workbench.wire import Call, Exchange, ToolCall, masked_call, parse_exchange
 
 URLS = [
     "https://api.openai.com/v1/chat/completions",
@@ -85,7 +88,8 @@ def test_unparseable_json_is_reported_not_raised():
 def test_a_request_only_the_standard_library_reads_still_names_its_model():
     # NaN and a lone surrogate are refused by orjson, which reads most request bodies: the stdlib
     # reads these, as it always has, and the call keeps its model and stream flag
-    for body in (b'{"model":"gpt-x","stream":true,"temperature":NaN}', b'{"model":"gpt-x","stream":true,"x":"\\ud800"}'):
+    bodies = (b'{"model":"gpt-x","stream":true,"temperature":NaN}', b'{"model":"gpt-x","stream":true,"x":"\\ud800"}')
+    for body in bodies:
         call = parse_exchange(Exchange(url=URLS[0], request_body=body, status=200, response_body=b"{}"))
         assert (call.model_requested, call.stream) == ("gpt-x", True)
     call = parse_exchange(Exchange(url=URLS[0], request_body=b'{"model": 1e999', status=200, response_body=b"{}"))
@@ -93,12 +97,6 @@ def test_a_request_only_the_standard_library_reads_still_names_its_model():
 
 
 def test_a_masked_call_is_a_copy_of_every_field_with_its_texts_masked():
-    import dataclasses
-    from datetime import datetime, timezone
-
-    from workbench.wire import Call, ToolCall, masked_call
-    from workbench.models import Usage
-
     key = "sk-" + "A" * 40
     values = {}
     for number, item in enumerate(dataclasses.fields(Call)):  # a distinct value in every field
