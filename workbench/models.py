@@ -247,9 +247,13 @@ class ModelRegistry:
         return [self.register(spec) for spec in read_models_toml(path)]
 
 
+def cost_with(sheet: PriceSheet, usage: Usage) -> int:
+    """`price_with(sheet, usage).cost_micros`, without the `Priced` (a budget's worst case, per call)."""
+    return _tier_cost(sheet.tier_for(usage), usage, sheet.scale, sheet.currency)
+
+
 def price_with(sheet: PriceSheet, usage: Usage) -> Priced:
-    return Priced(cost_micros=_tier_cost(sheet.tier_for(usage), usage, sheet.scale, sheet.currency),
-                  currency=sheet.currency, price_source=sheet.price_source)
+    return Priced(cost_micros=cost_with(sheet, usage), currency=sheet.currency, price_source=sheet.price_source)
 
 
 def read_models_toml(path: Path) -> list[ModelSpec]:

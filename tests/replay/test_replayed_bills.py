@@ -40,6 +40,7 @@ def test_a_run_bills_live_calls_and_counts_replayed_ones_apart(tmp_path, store):
     assert billed.cost_micros == one  # only the live call was paid
     assert billed.replayed_cost_micros == sum(call.cost_micros for call in run.calls if call.replayed) > 0
     assert billed.full_cost_micros == billed.cost_micros + billed.replayed_cost_micros
+    assert run.full_cost_micros == billed.full_cost_micros  # what an eval's sample reads, without a Billed
     assert billed.input_tokens == calls[False].input_tokens  # replayed usage is not billed usage
     assert "1 live call" in str(billed) and "3 replayed calls: would cost" in str(billed)
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from datetime import datetime, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.wire import Exchange, parse_exchange
+from workbench.models import Usage
+from workbench.wire import Call, Exchange, ToolCall, masked_call, parse_exchange
 
 URLS = [
     "https://api.openai.com/v1/chat/completions",
@@ -80,3 +83,39 @@ def test_a_stream_cut_before_its_usage_is_unsettled():
 def test_unparseable_json_is_reported_not_raised():
     call = parse_exchange(Exchange(url=URLS[0], status=200, response_body=b"{not json"))
     assert call.error_type == "unparseable" and "JSONDecodeError" in call.error_message
+
+
+def test_a_request_only_the_standard_library_reads_still_names_its_model():
+    # NaN and a lone surrogate are refused by orjson, which reads most request bodies: the stdlib
+    # reads these, as it always has, and the call keeps its model and stream flag
+    bodies = (b'{"model":"gpt-x","stream":true,"temperature":NaN}', b'{"model":"gpt-x","stream":true,"x":"\\ud800"}')
+    for body in bodies:
+        call = parse_exchange(Exchange(url=URLS[0], request_body=body, status=200, response_body=b"{}"))
+        assert (call.model_requested, call.stream) == ("gpt-x", True)
+    call = parse_exchange(Exchange(url=URLS[0], request_body=b'{"model": 1e999', status=200, response_body=b"{}"))
+    assert call.error_type == "unparseable" and "JSONDecodeError" in call.error_message  # as the stdlib says it
+
+
+def test_a_masked_call_is_a_copy_of_every_field_with_its_texts_masked():
+    key = "sk-" + "A" * 40
+    values = {}
+    for number, item in enumerate(dataclasses.fields(Call)):  # a distinct value in every field
+        kind = str(item.type)
+        values[item.name] = (
+            [ToolCall(name="t", id="i", arguments=key)] if item.name == "tool_calls"
+            else Usage(input_tokens=3) if item.name == "usage"
+            else datetime(2026, 1, 1 + number % 28, tzinfo=timezone.utc) if "datetime" in kind
+            else number % 2 == 0 if kind.startswith("bool")
+            else number if kind.startswith("int")
+            else f"{item.name} {key}"
+        )
+    call = Call(**values)
+    masked = masked_call(call)
+    assert masked is not call and call.request_json == f"request_json {key}"  # the original is left as it was
+    texts = ("request_json", "response_json", "error_message", "output_text", "refusal")
+    for name, value in values.items():
+        if name in texts:
+            assert getattr(masked, name) == f"{name} [redacted]"
+        elif name != "tool_calls":
+            assert getattr(masked, name) == value, name
+    assert masked.tool_calls == [ToolCall(name="t", id="i", arguments="[redacted]")]

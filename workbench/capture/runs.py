@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from workbench.ids import new_id
 from workbench.capture import clock, semconv
 from workbench.capture.route import RESUME_ENV, open_resume
-from workbench.capture.tracing import tracer
+from workbench.capture.tracing import masked_text, tracer
 from workbench.money import format_amount, format_bill, format_priced, minor_units
 from workbench.wire.call import Call
 from workbench.wire.redact import mask_secrets
@@ -69,9 +69,7 @@ class Billed(BaseModel):
     def full_cost_micros(self) -> int | None:
         """What every answered call cost or, replayed, would have cost: the figure to compare a run
         replayed from cassettes with one that paid. None when a call was unpriced."""
-        if self.unpriced_calls or self.replayed_unpriced_calls:
-            return None
-        return self.cost_micros + self.replayed_cost_micros
+        return _full_cost(self)
 
     def __str__(self) -> str:
         """`3 live calls: 0.000246 USD exact, bill 0.01 USD, 1 unpriced; 2 replayed: would cost 0.0007 USD`."""
@@ -95,6 +93,13 @@ class Billed(BaseModel):
         return "; ".join(parts)
 
 
+def _full_cost(billed) -> int | None:
+    """`Billed.full_cost_micros` of a `Billed` or of a run's running `_Tally`."""
+    if billed.unpriced_calls or billed.replayed_unpriced_calls:
+        return None
+    return billed.cost_micros + billed.replayed_cost_micros
+
+
 # a run's running bill: `Billed`'s fields as plain slots (a model's checked attribute set would cost
 # ten times as much on every call)
 _Tally = make_dataclass(
@@ -112,9 +117,11 @@ class Run:
         self.run_id = new_id()
         # a name or tag is the app's own text and may hold a pasted key: masked as a call's text is,
         # before it reaches the span, the spool or the store
-        self.name = mask_secrets(name)
+        # (through the spans' memory of short texts found clean: an eval's runs repeat their tag keys
+        # and most names and values, case after case)
+        self.name = masked_text(name)
         self.kind = kind
-        self.tags = {mask_secrets(str(key)): mask_secrets(str(value)) for key, value in tags.items()}
+        self.tags = {masked_text(str(key)): masked_text(str(value)) for key, value in tags.items()}
         self.parent = parent
         self.prompt = prompt or (parent.prompt if parent else None) or {}
         self.status = "running"
@@ -137,6 +144,12 @@ class Run:
     def billed(self) -> Billed:
         with self._lock:
             return Billed(**{name: getattr(self._billed, name) for name in _Tally.__slots__})
+
+    @property
+    def full_cost_micros(self) -> int | None:
+        """`billed.full_cost_micros`, without a `Billed` built for it (an eval reads it once a case)."""
+        with self._lock:
+            return _full_cost(self._billed)
 
     @property
     def has_bill(self) -> bool:

@@ -60,8 +60,9 @@ def _kind_of_key(key: str) -> int:
     return kind
 
 
-def _masked_text(value: str) -> str:
-    if value in _CLEAN_TEXTS:
+def masked_text(value: str) -> str:
+    """`mask_secrets(value)`, answered from memory for a short text already found clean."""
+    if not value or value in _CLEAN_TEXTS:  # (None and "" as mask_secrets gives them back)
         return value
     masked = mask_secrets(value)
     if masked == value and len(value) <= _CLEAN_LONGEST:
@@ -86,7 +87,7 @@ def scrubbed(attributes) -> dict:
             elif kind == _QUERY:
                 clean[key] = redact_url("http://h/?" + value).partition("?")[2]
             else:
-                clean[key] = _masked_text(value)
+                clean[key] = masked_text(value)
     return clean
 
 

@@ -9,8 +9,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Iterator
-from typing import TextIO
-from xml.etree import ElementTree
+from typing import TYPE_CHECKING, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -20,6 +19,9 @@ from workbench.evaluate import stats
 from workbench.evaluate.gate import Outcome
 from workbench.evaluate.scorers import as_text
 from workbench.money import format_amount, format_exact
+
+if TYPE_CHECKING:  # imported by the JUnit writer alone: an eval without --junit never loads it
+    from xml.etree import ElementTree
 
 STATUS_TEXT = {"pass": "pass", "regression": "regression", "recorded": "recorded", "error": "no verdict"}
 
@@ -52,11 +54,19 @@ def _statuses(outcome: Outcome) -> Iterator[tuple]:
         yield result, verdict, status
 
 
-def _rows(outcome: Outcome, excerpts: bool = True) -> Iterator[dict]:
+def _moved(verdict, status: str) -> bool:
+    """A case the console lists in a long suite: it failed, errored, or moved from its baseline."""
+    return status in ("fail", "error") or not (verdict is None or verdict.delta is None or round(verdict.delta, 6) == 0)
+
+
+def _rows(outcome: Outcome, excerpts: bool = True, moved_only: bool = False) -> Iterator[dict]:
     """Each case's row, one at a time: the console keeps only the moved ones of a long suite, so a
     100,000-case run never holds a row per case to print a few. `excerpts=False`: without the
-    output's excerpt (read back from the run's output file), for the reports that show none."""
+    output's excerpt (read back from the run's output file), for the reports that show none.
+    `moved_only`: only the cases `_moved` keeps, the others never built (nor their outputs read)."""
     for result, verdict, status in _statuses(outcome):
+        if moved_only and not _moved(verdict, status):
+            continue
         scored = next((sample for sample in result.samples if sample.error is None), result.samples[0])
         yield {
             "case": result.case_id,
@@ -165,6 +175,8 @@ def to_json(outcomes: list[Outcome]) -> str:
 def _xml(element: ElementTree.Element, open_only: bool = False) -> str:
     """An element as ElementTree writes it (its escaping is the one JUnit readers were given);
     `open_only`: its start tag alone, for an element written with its children after it."""
+    from xml.etree import ElementTree
+
     text = ElementTree.tostring(element, encoding="unicode")
     return text.removesuffix(" />") + ">" if open_only else text
 
@@ -172,6 +184,8 @@ def _xml(element: ElementTree.Element, open_only: bool = False) -> str:
 def write_junit(outcomes: list[Outcome], out: TextIO) -> None:
     """JUnit XML, written to `out` a case at a time: the text ElementTree writes for the whole tree,
     indented (`ElementTree.indent`), without building it."""
+    from xml.etree import ElementTree
+
     out = _Batched(out)
     root = ElementTree.Element("testsuites", name="workbench eval")
     declared = ElementTree.tostring(root, encoding="unicode", xml_declaration=True)
@@ -204,6 +218,8 @@ def write_junit(outcomes: list[Outcome], out: TextIO) -> None:
 
 
 def _junit_case(suite: str, row: dict) -> ElementTree.Element:
+    from xml.etree import ElementTree
+
     case = ElementTree.Element("testcase", classname=suite, name=row["case"])
     text = json.dumps({"score": row["score"], "spread": row["spread"], "samples": row["samples"],
                        "baseline": row["baseline"], "p_value": row["p_value"], "scores": row["scores"],
@@ -290,10 +306,8 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
         for name in names:
             table.add_column(name, justify="left" if name in {"case", "status", "samples"} else "right")
         cases = len(outcome.eval_run.results)
-        rows = _rows(outcome)
-        if cases > CONSOLE_ALL_CASES:  # a long suite: the cases that moved, failed or errored, then a count
-            rows = (row for row in rows if row["status"] in ("fail", "error") or row["delta"] not in (None, 0))
-        rows = list(rows)
+        # a long suite: the cases that moved, failed or errored, then a count
+        rows = list(_rows(outcome, moved_only=cases > CONSOLE_ALL_CASES))
         for row in rows:
             style = {"fail": "red", "error": "red", "pass": "green"}.get(row["status"], "")
             scores = [_samples(row["samples"]), _fmt(row["score"]), _spread(row["spread"])] if sampled else [_fmt(row["score"])]

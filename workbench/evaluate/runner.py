@@ -37,6 +37,7 @@ from workbench.evaluate.scorers import Score, ScoreContext, as_text
 from workbench.evaluate.suite import Case, Suite, check_epochs
 from workbench.replay.clients import AsyncReplayTransport, async_http_client, http_client
 from workbench.replay.session import Cassette
+from workbench.runtime.prompt import vars_json
 
 # the network requests the current sample made (a replayed request never reaches the network)
 _live_requests: ContextVar[list[int] | None] = ContextVar("workbench_eval_live_requests", default=None)
@@ -483,7 +484,7 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
     try:
         # the exception passes through the case's run, so the run is stored as failed with it
         with run(f"eval:{suite.name}:{case.id}", kind="eval_case", prompt=context.prompt.ref, suite=suite.name,
-                 case=case.id, vars=json.dumps(case.vars, sort_keys=True, ensure_ascii=False, default=str),
+                 case=case.id, vars=vars_json(case.vars),
                  **tags) as case_run:
             if suite.target is not None:
                 output = await _call(suite.target, case.vars, context)
@@ -512,8 +513,7 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
                 "WB_EVAL_CASE_ERROR", f"no scorer gave case {case.id} a score (only labels: "
                 f"{', '.join(sorted(scores))})", "add a scorer that returns a bool or a number in [0, 1]",
             ), "scorer"
-    billed = case_run.billed
-    cost = billed.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
+    cost = case_run.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
     text = None if output is None else as_text(output)[:OUTPUT_CHARS]  # the object itself is not kept
     at, size = (0, 0) if text is None else eval_run.outputs.keep(text)
     sample = Sample(context.epoch, None if text is None else eval_run.outputs, at, size, scores, cost, case_run.run_id,

@@ -9,12 +9,12 @@ nesting too deep to parse, or any interaction of the wrong shape is `WB_CASSETTE
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
-import yaml
 from pydantic import BaseModel, Field
 
 from workbench.errors import WorkbenchError
@@ -25,10 +25,14 @@ MAX_CASSETTE_BYTES = 256 * 1024 * 1024
 MAX_ALIAS_EXPANSION = 10
 _ALLOWED_EXPANSION_NODES = 10_000  # a small document may alias more than 10x its own few nodes
 
-try:  # the C loader is several times faster; both are safe loaders
-    _SafeLoader = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - libyaml missing
-    _SafeLoader = yaml.SafeLoader
+
+@functools.cache
+def _yaml():
+    """PyYAML and its safe loader, imported on the first YAML cassette: a JSON one (what an eval
+    records) never needs it. The C loader is several times faster; both are safe loaders."""
+    import yaml
+
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class RecordedRequest(BaseModel):
@@ -139,7 +143,8 @@ def _alias_expansion(text: str | bytes) -> tuple[int, int]:
     sizes: dict[str, int] = {}
     stack: list[list] = [[0, None]]
     written = 0
-    for event in yaml.parse(text, Loader=_SafeLoader):
+    yaml, loader = _yaml()
+    for event in yaml.parse(text, Loader=loader):
         if isinstance(event, yaml.AliasEvent):
             stack[-1][0] += sizes.get(event.anchor, 1)
             written += 1
@@ -197,18 +202,20 @@ def parse_document(text: str | bytes, name: str = "<cassette>") -> dict:
     bounds above; anything else is WB_CASSETTE_INVALID."""
     if len(text) > MAX_CASSETTE_BYTES:
         raise _invalid(name, f"{len(text):,} bytes, over the limit of {MAX_CASSETTE_BYTES:,}")
+    is_json = text.lstrip()[:1] in ("{", b"{")
+    yaml_error = ValueError if is_json else _yaml()[0].YAMLError
     try:
-        stripped = text.lstrip()
-        if stripped[:1] in ("{", b"{"):
+        if is_json:
             data = json.loads(text)
         else:
+            yaml, loader = _yaml()
             if ("&" if isinstance(text, str) else b"&") in text:  # anchors: aliases may multiply the text
                 written, expanded = _alias_expansion(text)
                 if expanded > MAX_ALIAS_EXPANSION * written + _ALLOWED_EXPANSION_NODES:
                     raise _invalid(name, f"its YAML aliases expand {written:,} nodes to {expanded:,} "
                                          f"(more than {MAX_ALIAS_EXPANSION}x)")
-            data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader
-    except (yaml.YAMLError, ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    except (yaml_error, ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise _invalid(name, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
     except RecursionError as exc:
         raise _invalid(name, "nested too deeply to read") from exc
@@ -491,6 +498,7 @@ def _dumped(interactions: list[Interaction], fmt: str, extra: dict | None, encod
                 "workbench": meta}
 
     if fmt == "yaml":
+        yaml = _yaml()[0]
         return yaml.dump(document(), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False,
                          allow_unicode=True).encode("utf-8")
     try:

@@ -50,11 +50,14 @@ class Budget(BaseModel):
         return data
 
 
+_NO_LIMITS = Budget()  # frozen: one for every scope without a budget (a Budget is built through a validator)
+
+
 class Ledger:
     """What one run has spent and holds reserved, against its budget."""
 
     def __init__(self, budget: Budget | None, name: str) -> None:
-        self.budget = budget or Budget()
+        self.budget = budget or _NO_LIMITS
         self.name = name
         self.spent_tokens = 0
         self.spent_micros = 0

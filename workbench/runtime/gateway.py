@@ -29,7 +29,7 @@ import httpx2
 
 from workbench.capture import event, recorder, semconv
 from workbench.errors import WorkbenchError
-from workbench.models import ModelRegistry, ModelSpec, Usage, price_with
+from workbench.models import ModelRegistry, ModelSpec, Usage, cost_with
 from workbench.runtime.budget import Budget, Reservation, reserve
 from workbench.runtime.messages import Completion, Document, Image, ModelRequest, UserMessage
 from workbench.runtime.options import count, invalid, number
@@ -214,10 +214,10 @@ class Gateway:
         return estimate_tokens(dumps(self.route(request.model)[0].body(request)))
 
     def worst_case_micros(self, spec: ModelSpec, input_tokens: int, max_tokens: int, cached: bool) -> int:
-        as_input = price_with(spec, Usage(input_tokens=input_tokens, output_tokens=max_tokens)).cost_micros
+        as_input = cost_with(spec, Usage(input_tokens=input_tokens, output_tokens=max_tokens))
         if not cached:
             return as_input
-        as_write = price_with(spec, Usage(cache_write_tokens=input_tokens, output_tokens=max_tokens)).cost_micros
+        as_write = cost_with(spec, Usage(cache_write_tokens=input_tokens, output_tokens=max_tokens))
         return max(as_input, as_write)
 
     # -- the call
@@ -279,7 +279,7 @@ class Gateway:
             use.name + use.arguments for use in completion.tool_uses)
         output = max(1, math.ceil(len(written.encode("utf-8")) / 4))
         estimate = Usage(input_tokens=input_tokens, output_tokens=output)
-        reservation.settle(input_tokens + output, price_with(spec, estimate).cost_micros)
+        reservation.settle(input_tokens + output, cost_with(spec, estimate))
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[str | Completion]:
         """One streamed call: its text as it arrives, then the `Completion`. Reserved before it is

@@ -33,7 +33,7 @@ from workbench.runtime.messages import (
     AssistantMessage, Completion, Document, Image, ModelRequest, ToolResult, ToolResults, ToolSpec, UserMessage,
 )
 from workbench.runtime.options import count, model_options
-from workbench.runtime.prompt import PromptLike, as_prompt, prompt_tags, screen_secrets
+from workbench.runtime.prompt import PromptLike, as_prompt, prompt_tags, screen_secrets, vars_json
 from workbench.runtime.response_cache import acting_for
 
 RESPOND = "respond"
@@ -176,7 +176,7 @@ async def llm_async(
     name = getattr(prompt, "id", None) or "llm"
     # the variables as a run tag, so captured traffic can become eval cases (`workbench eval
     # cases-from-runs`); tags are not size-capped like bodies, so over 64 KB they are left out
-    encoded = json.dumps(dict(vars or {}), sort_keys=True, ensure_ascii=False, default=str)
+    encoded = vars_json(dict(vars or {}))
     tags = {"vars": encoded} if len(encoded) <= 65536 else {}
     async with run(name, kind="llm", prompt=prompt_tags(prompt), **tags) as current:
         with budget_scope(budget if budget is not None else gateway.budget, name), acting_for(actor):
@@ -194,7 +194,8 @@ async def llm_async(
 
             async def call(attempt: int, repair_of: str | None) -> Completion:
                 completion = await gateway.complete(request)
-                if not completion.cached:
+                # the hook's info holds the run's bill so far, a model built for it: only when it is read
+                if on_call is not None and not completion.cached:
                     await call_hook(on_call, CallInfo(
                         attempt=attempt, model=completion.model, provider=completion.provider,
                         stop_reason=completion.stop_reason, usage=completion.usage,

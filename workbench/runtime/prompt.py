@@ -8,6 +8,7 @@ run. What changes per run (today's date, the user's name) goes in `system_dynami
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -41,10 +42,12 @@ _OPENER = re.compile(rf"<({_TAG})(?:\s[^<>]*)?(?<!/)>")
 _CLOSER = re.compile(rf"</\s*({_TAG})\s*>")
 
 
+@functools.lru_cache(maxsize=256)  # a prompt renders its one template for every case: read only
 def fences(template: str) -> dict[str, list[tuple[int, int]]]:
     """The fences a template draws: per tag name (lower-cased), the spans between each opener and
     the next closer of that name. Read per name, never as a stack, so a tag opened in prose and
-    never closed fences nothing and cannot unbalance a real fence."""
+    never closed fences nothing and cannot unbalance a real fence. The same dict for the same
+    template: never changed by its readers."""
     closers: dict[str, list[re.Match]] = {}
     for match in _CLOSER.finditer(template):
         closers.setdefault(match.group(1).lower(), []).append(match)
@@ -67,6 +70,16 @@ def prompt_fences(template: str) -> dict[str, list[str]]:
         name = match.group(1)
         out[name] = sorted(around if name not in out else set(out[name]) & around)
     return out
+
+
+# one encoder, not one a call (`json.dumps` with options builds its encoder each time); stateless
+_VARS_ENCODER = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)
+
+
+def vars_json(variables: Mapping[str, Any]) -> str:
+    """The variables as a run's `vars` tag: `json.dumps(variables, sort_keys=True, ensure_ascii=False,
+    default=str)`, so captured traffic can become eval cases (`workbench eval cases-from-runs`)."""
+    return _VARS_ENCODER.encode(variables)
 
 
 def screen_secrets(variables: Mapping[str, Any], where: str) -> None:

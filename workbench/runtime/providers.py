@@ -30,9 +30,12 @@ from workbench.wire.call import Call
 from workbench.wire.sse import Event
 
 
+_BODY_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # one, not one a call
+
+
 def dumps(body: dict) -> bytes:
     """The request bytes: compact and deterministic, so equal requests are equal bytes."""
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _BODY_ENCODER.encode(body).encode("utf-8")
 
 
 def estimate_tokens(body: bytes) -> int:

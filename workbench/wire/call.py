@@ -36,6 +36,9 @@ class Exchange(BaseModel):
     complete: bool = True  # False: the body was cut (stream abandoned, connection lost)
 
 
+NO_USAGE = Usage()
+
+
 @dataclass(slots=True)
 class Call:
     """A plain dataclass, not a model: a parser sets some thirty fields one by one per call, on the
@@ -71,7 +74,7 @@ class Call:
     tool_calls: list[ToolCall] = field(default_factory=list)
     output_text: str | None = None
     # usage: four disjoint counters plus informative ones
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE  # frozen: one for every call until its parser reads the usage
     # money
     cost_micros: int | None = None
     currency: str | None = None
