@@ -48,8 +48,8 @@ def _messages(call: Judged) -> list[int]:
     return call.fp.blocks[call.fp.lead:]
 
 
-def infer(run_calls: list[Judged], texts: Mapping[str, str | None], outputs: list[tuple[int, str, str, int | None, str | None]]
-          ) -> list[Inferred]:
+def infer(run_calls: list[Judged], texts: Mapping[str, str | None],
+          outputs: list[tuple[int, str, str, int | None, str | None]]) -> list[Inferred]:
     """Compactions among one run's calls of one lineage (`run_calls`, any order). `texts`: the
     request text of the calls being judged, by call id; `outputs`: (start µs, call id, output text,
     cost, model) of the run's calls, where a summary may come from."""
