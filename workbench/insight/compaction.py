@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from workbench.insight.prefix import ASSISTANT
@@ -47,44 +48,47 @@ def _messages(call: Judged) -> list[int]:
     return call.fp.blocks[call.fp.lead:]
 
 
-def infer(run_calls: list[Judged], texts: dict[str, str], outputs: list[tuple[int, str, str, int | None, str | None]]
-          ) -> list[Inferred]:
+def infer(run_calls: list[Judged], texts: Mapping[str, str | None],
+          outputs: list[tuple[int, str, str, int | None, str | None]]) -> list[Inferred]:
     """Compactions among one run's calls of one lineage (`run_calls`, any order). `texts`: the
     request text of the calls being judged, by call id; `outputs`: (start µs, call id, output text,
     cost, model) of the run's calls, where a summary may come from."""
     ordered = sorted(run_calls, key=lambda c: (c.clock, c.started, c.call_id))
     sources = _Sources(outputs)
+    # each call's lead and set of messages, made once a run: the walk back for every later call
+    # compares them (made per step, they were most of the inference)
+    leads = [(call.fp.lead, call.fp.blocks[:call.fp.lead]) for call in ordered]
+    messages = [set(_messages(call)) for call in ordered]
     found = []
     for position, after in enumerate(ordered):
         if not after.judge or not after.fp.blocks:
             continue
-        before = _predecessor(ordered, position, after)
+        before = _predecessor(ordered, leads, messages, position)
         if before is None:
             continue
-        event = _compared(before, after, texts.get(after.call_id), sources)
+        event = _compared(before, after, texts, sources)
         if event is not None:
             found.append(event)
     return found
 
 
-def _predecessor(ordered: list[Judged], position: int, after: Judged) -> Judged | None:
+def _predecessor(ordered: list[Judged], leads: list[tuple[int, list[int]]], messages: list[set[int]],
+                 position: int) -> Judged | None:
     """A among the calls before `position` (walked back in place: a run's calls outside any run are
     a cache life of a lineage's traffic, too many to copy for every call)."""
-    lead = after.fp.blocks[:after.fp.lead]
-    mine = set(_messages(after))
+    lead, mine = leads[position], messages[position]
     fallback = None
     looked = 0
     for index in range(position - 1, -1, -1):
-        call = ordered[index]
-        if call.fp.blocks[:call.fp.lead] != lead or call.fp.lead != after.fp.lead:
+        if leads[index] != lead:
             continue
         looked += 1
         if looked > RUN_LOOKBACK:
             break
-        if mine & set(_messages(call)):
-            return call
-        if fallback is None and len(_messages(call)) > len(mine):
-            fallback = call
+        if not mine.isdisjoint(messages[index]):
+            return ordered[index]
+        if fallback is None and len(_messages(ordered[index])) > len(mine):
+            fallback = ordered[index]
     return fallback
 
 
@@ -104,7 +108,7 @@ class _Sources:
             yield self.rows[index], self.probes[index]
 
 
-def _compared(before: Judged, after: Judged, text: str | None, outputs: _Sources) -> Inferred | None:
+def _compared(before: Judged, after: Judged, texts: Mapping[str, str | None], outputs: _Sources) -> Inferred | None:
     old, new = _messages(before), _messages(after)
     if sum(after.fp.sizes) >= sum(before.fp.sizes):
         return None
@@ -120,7 +124,7 @@ def _compared(before: Judged, after: Judged, text: str | None, outputs: _Sources
     event = Inferred(before, after, removed=len(removed), kept=len(kept_at),
                      summarised_turns=sum(before.fp.kinds[before.fp.lead + index] == ASSISTANT for index in removed),
                      kept_turns=sum(after.fp.kinds[after.fp.lead + index] == ASSISTANT for index in kept_at))
-    _find_summary(event, text, outputs)
+    _find_summary(event, texts.get(after.call_id), outputs)  # read only for a candidate
     if not kept_at and event.summary_call_id is None:
         return None  # B shares nothing with A and holds no summary of it: another conversation
     return event

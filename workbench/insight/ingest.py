@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime, timezone
 
 import orjson
@@ -79,14 +80,13 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     calls = frames.get("call")
     if calls is None or calls.is_empty():  # compactions an app reported apart from its traffic
         frames = dict(frames)
-        return frames, _compactions(con, frames, {}, {}, None) if "compaction" in frames else {}
+        return frames, _compactions(con, frames, {}, _Bodies(None), None) if "compaction" in frames else {}
     specs = _specs(con, frames)
-    bodies = {row["call_id"]: row for row in frames["call_body"].select("call_id", "request_json", "output_text")
-              .iter_rows(named=True)} if "call_body" in frames else {}
+    bodies = _Bodies(frames.get("call_body"))
     captured = {row["call_id"]: row for row in frames["call_prefix"].iter_rows(named=True)} if "call_prefix" in frames else {}
     batch: dict[str, dict] = {}
     for call in calls.select(_JUDGED_COLUMNS).iter_rows(named=True):
-        prefix = captured.get(call["call_id"]) or _from_body(call, bodies.get(call["call_id"]))
+        prefix = captured.get(call["call_id"]) or _from_body(call, bodies.requests.get(call["call_id"]))
         if prefix is None:
             continue
         model = call["model_requested"] or call["model_served"]
@@ -146,10 +146,38 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     return frames, superseded
 
 
-def _from_body(call: dict, body: dict | None) -> dict | None:
-    """A prefix for a call recorded without one (an older recorder): from the stored body, when
-    it is whole (a body cut at the size cap is not JSON)."""
-    text = (body or {}).get("request_json")
+class _Requests(Mapping):
+    """The batch's request texts by call id, each read from the body frame when it is asked for: the
+    few calls that need it (a changed prefix, a candidate compaction, a call recorded without its
+    prefix), not a Python text of kilobytes made for every call of the batch."""
+
+    def __init__(self, frame: pl.DataFrame | None, rows: dict[str, int]) -> None:
+        self._texts = frame["request_json"] if frame is not None else None
+        self._rows = rows
+
+    def __getitem__(self, call_id: str) -> str | None:
+        return self._texts[self._rows[call_id]]
+
+    def __iter__(self):
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+class _Bodies:
+    """The batch's bodies: their request texts (`_Requests`), and their output texts by call id."""
+
+    def __init__(self, frame: pl.DataFrame | None) -> None:
+        ids = frame["call_id"].to_list() if frame is not None else []
+        # an id's last row, as a dict of the rows keeps it
+        self.requests = _Requests(frame, {call_id: index for index, call_id in enumerate(ids)})
+        self.outputs = dict(zip(ids, frame["output_text"].to_list())) if frame is not None else {}
+
+
+def _from_body(call: dict, text: str | None) -> dict | None:
+    """A prefix for a call recorded without one (an older recorder): from the stored body's request
+    text, when it is whole (a body cut at the size cap is not JSON)."""
     if not text:
         return None
     try:
@@ -247,21 +275,25 @@ def short_diff(old: str, new: str, context: int = _DIFF_CONTEXT) -> str:
             + ("…" if end > context else ""))
 
 
-def _explain_changes(con, mine: dict[str, Judged], batch: dict[str, dict], bodies: dict[str, dict]) -> dict[str, str]:
+def _explain_changes(con, mine: dict[str, Judged], batch: dict[str, dict], bodies: _Bodies) -> dict[str, str]:
     """A short diff for every changed prefix; a change across conversations whose region's text is
     not alike is no change (the call is cold)."""
     changed = [call for call in mine.values() if call.verdict == CHANGED and call.compared is not None]
     if not changed:
         return {}
-    texts = {call_id: (row["wire"], row["model"], (bodies.get(call_id) or {}).get("request_json"))
-             for call_id, row in batch.items()}
-    stored = sorted({call.compared.call_id for call in changed} - set(texts))
-    for row in q.stored_texts(con, stored).iter_rows(named=True):
-        texts[row["call_id"]] = (row["wire"], row["model"], row["request_json"])
+    stored = sorted({call.compared.call_id for call in changed} - set(batch))
+    texts = {row["call_id"]: (row["wire"], row["model"], row["request_json"])
+             for row in (q.stored_texts(con, stored).iter_rows(named=True) if stored else ())}
+
+    def text(call_id: str) -> tuple[str | None, str | None, str | None]:
+        if call_id in batch:
+            return batch[call_id]["wire"], batch[call_id]["model"], bodies.requests.get(call_id)
+        return texts.get(call_id, (None, None, None))
+
     diffs = {}
     for call in changed:
-        new = _region_text(*texts.get(call.call_id, (None, None, None)), call.region)
-        old = _region_text(*texts.get(call.compared.call_id, (None, None, None)), call.region)
+        new = _region_text(*text(call.call_id), call.region)
+        old = _region_text(*text(call.compared.call_id), call.region)
         if old is not None and new is not None:
             alike = _unchanged_share(old, new) >= _ALIKE
         else:  # a body cut at the size cap: alike when the sizes are
@@ -341,7 +373,7 @@ _COMPACTION_SCHEMA = {
 _SEARCH_US = 600 * 1_000_000  # a stored inferred compaction whose first call is gone from the window
 
 
-def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Judged]], bodies: dict[str, dict],
+def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Judged]], bodies: _Bodies,
                  since: datetime | None) -> dict[str, list[str]]:
     """Infer the batch's compactions; fold each into the compaction its agent reported, if any, in
     this batch or stored, and fold stored inferred ones into the reported ones this batch brings."""
@@ -357,19 +389,19 @@ def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Ju
     if not groups and not reported:
         return {}
     outputs: dict[str, dict[str, tuple]] = defaultdict(dict)
-    for row in (q.run_outputs(con, sorted({run for _, run in groups if run}), since).iter_rows(named=True)
-                if groups else ()):
+    # no query for no runs (calls outside any run): it would find nothing, at a plan's cost a batch
+    runs = sorted({run for _, run in groups if run})
+    for row in q.run_outputs(con, runs, since).iter_rows(named=True) if runs else ():
         outputs[row["run_id"]][row["call_id"]] = (row["started"], row["call_id"], row["output_text"],
                                                   row["cost_micros"], row["model"])
     for call in (frames["call"].select(_OUTPUT_COLUMNS).iter_rows(named=True) if groups else ()):
         if call["settled"]:
             outputs[call["run_id"]][call["call_id"]] = (
-                _us(call["started_at"]) or 0, call["call_id"], (bodies.get(call["call_id"]) or {}).get("output_text"),
+                _us(call["started_at"]) or 0, call["call_id"], bodies.outputs.get(call["call_id"]),
                 call["cost_micros"], call["model_served"] or call["model_requested"])
-    texts = {call_id: body.get("request_json") for call_id, body in bodies.items()}
     events = [event for (_, run), calls in groups.items()
-              for event in compact.infer(calls, texts, list(outputs[run].values()))]
-    stored = q.run_compactions_all(con, run_ids).to_dicts()
+              for event in compact.infer(calls, bodies.requests, list(outputs[run].values()))]
+    stored = q.run_compactions_all(con, run_ids).to_dicts() if run_ids else []
     candidates = reported + [row for row in stored if (row["source"] or "reported") == "reported"]
     started = {call.call_id: call.started for calls in judged.values() for call in calls}
     out: dict[str, dict] = {row["compaction_id"]: row for row in reported}
