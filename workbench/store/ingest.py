@@ -378,6 +378,91 @@ def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True, closed: Seq
     return _ingest_spools(db_path, spool_dir, wait, frozenset(closed), own_process) or 0
 
 
+# a standing-by ingester keeps the store open this long after a drain for the next word (a recorder
+# drains every DRAIN_AFTER_RECORDS records, often within a second): the store's open, its schemas
+# and its close once, not a drain; idle longer, it closes the store, which readers may then open
+STANDBY_GRACE_S = 1.0
+
+
+def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None:
+    """The standing-by ingester (`Spool.stand_by`): it reads its parent's words on `fd`, one a line.
+    `drain FILE...`: files the parent closed while it goes on recording, ingested now (only those:
+    another process's file waits for the end), skipped when another process ingests or holds the
+    store (they stay, and the end names them again). `ingest FILE...`: the parent's end, its files
+    named: every spool is ingested, as a detached ingester does, and it leaves. End of input without
+    `ingest` (the parent was killed, or had nothing to ingest): it leaves; what it drained is stored,
+    the rest stays in the spool for the next ingestion."""
+    from contextlib import ExitStack
+
+    words = _words(fd)
+    held = ExitStack()  # the ingest lock and the store, while drains follow each other
+    con: duckdb.DuckDBPyConnection | None = None
+    try:
+        while True:
+            line = words(STANDBY_GRACE_S if con is not None else None)
+            if line == "":  # idle: let readers in
+                held.close()
+                con = None
+                continue
+            verb, *names = (line or "end").split()
+            if verb == "drain":
+                try:
+                    con = con or _hold_store(held, db_path, spool_dir)
+                    if con is not None:
+                        files = sorted(path for path in Path(spool_dir).glob("*.jsonl") if path.name in names)
+                        # lowered again for each drain: a batch before may have raised it
+                        _ingest(con, files, frozenset(names), _limit_memory(con))
+                except Exception as exc:  # noqa: BLE001 - the files stay; the end names them again
+                    log.warning("workbench could not ingest a drained spool file (kept): %s", exc)
+                    held.close()
+                    con = None
+                continue
+            held.close()
+            con = None
+            if verb == "ingest":
+                ingest_spools(db_path, spool_dir, closed=names, own_process=True)
+            return
+    finally:
+        held.close()
+
+
+def _words(fd: int):
+    """A reader of `fd`'s lines: each call returns the next line, "" when none came within `timeout`
+    seconds (None: wait for it), None at the end of input."""
+    import select
+
+    buffered = [b""]
+
+    def next_line(timeout: float | None) -> str | None:
+        while b"\n" not in buffered[0]:
+            if timeout is not None and not select.select([fd], [], [], timeout)[0]:
+                return ""
+            data = os.read(fd, 65536)
+            if not data:
+                return None
+            buffered[0] += data
+        line, buffered[0] = buffered[0].split(b"\n", 1)
+        return line.decode()
+
+    return next_line
+
+
+def _hold_store(held, db_path: Path, spool_dir: Path) -> duckdb.DuckDBPyConnection | None:
+    """The ingest lock and the store, kept in `held`; None when another process has either."""
+    if not held.enter_context(exclusive(Path(spool_dir) / ".ingest.lock", wait=False)):
+        return None
+    try:
+        return held.enter_context(open_store(db_path, wait_s=0.0))
+    except WorkbenchError as exc:
+        if exc.code != "WB_STORE_LOCKED":
+            raise
+    except duckdb.Error as exc:
+        if not is_lock_error(exc):
+            raise
+    held.close()
+    return None
+
+
 def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
     """Ingest without waiting; None when it was skipped (another process is ingesting or holds
     the store), so the caller knows to try again later."""
