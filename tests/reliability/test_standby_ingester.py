@@ -72,7 +72,7 @@ from workbench.locks import hold
 from workbench.store import spool as spool_module
 from workbench.store.db import open_store
 url, calls, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-spool_module.DRAIN_AFTER_RECORDS = 4  # a call is a few records: a drain every call or two
+spool_module.DRAIN_AFTER_BYTES = 1  # a drain after every write
 spool = recorder().spool
 spool.stand_by()
 standby = spool._standby

@@ -379,8 +379,8 @@ def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True, closed: Seq
 
 
 # a standing-by ingester keeps the store open this long after a drain for the next word (a recorder
-# drains every DRAIN_AFTER_RECORDS records, often within a second): the store's open, its schemas
-# and its close once, not a drain; idle longer, it closes the store, which readers may then open
+# at full speed closes a file a second or so): the store opened and closed once, not each drain;
+# idle longer, it closes the store, which readers may then open
 STANDBY_GRACE_S = 1.0
 
 

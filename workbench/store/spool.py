@@ -52,9 +52,11 @@ INGEST_AFTER_RECORDS = 20_000
 # long recording grows, and ingesters started every 10 s cost more than the recording itself
 INGEST_SHARE = 10
 # with an ingester standing by, the spool file is closed and handed to it to drain once this many
-# records are in it: the one process, already started, ingests while the recording goes on, and the
-# exit leaves it only the last file's records
-DRAIN_AFTER_RECORDS = 2_000
+# bytes are in it: the one process, already started, ingests while the recording goes on, and the
+# exit leaves it only the last file. An ingest batch's worth (ingest's BATCH_BYTES): what a batch
+# costs besides its rows (insight's look back at the stored calls, the rollups' fold) grows with the
+# store, so 2,000-record drains (2.3 MB) cost a 10,000-case eval's ingester twice the CPU
+DRAIN_AFTER_BYTES = 8 * 1024 * 1024
 
 
 class Spool:
@@ -84,6 +86,7 @@ class Spool:
         self._ingest_took = 0.0  # seconds the last detached ingester ran (as the spool thread saw it end)
         self._standby: subprocess.Popen | None = None  # the exit's ingester, started early (`stand_by`)
         self._drained: list[Path] = []  # files closed and handed to it to drain, named again at the end
+        self._file_bytes = 0  # written to this process's file (since it was opened)
 
     # called from any thread, on the application's path: hand over, nothing more
     def append(self, kind: str, row: dict) -> None:
@@ -158,7 +161,7 @@ class Spool:
                     every = max(INGEST_EVERY_S, INGEST_SHARE * self._ingester_took())
                     # with an ingester standing by, it drains the closed files: no process start
                     if self._standby is not None:
-                        if self._to_ingest >= DRAIN_AFTER_RECORDS:
+                        if self._file_bytes >= DRAIN_AFTER_BYTES:
                             self._drain()
                     elif self._to_ingest and (time.monotonic() - self._ingested_at >= every
                                               or self._to_ingest >= INGEST_AFTER_RECORDS):
@@ -190,7 +193,7 @@ class Spool:
     def stand_by(self) -> None:
         """Start the ingester the exit will need now: its start-up (an interpreter, DuckDB, polars:
         most of what it costs for a small batch) runs while the process works, not after it ends.
-        Meanwhile it drains this process's file each time DRAIN_AFTER_RECORDS are in it (closed, and
+        Meanwhile it drains this process's file each time DRAIN_AFTER_BYTES are in it (closed, and
         recording goes on into the next), the one ingester of a long recording; the exit hands it
         the last. A process that dies first (killed) or has nothing to ingest sends it no end: it
         leaves, what it drained stored, and the spool keeps the rest for the next ingestion."""
@@ -293,6 +296,7 @@ class Spool:
                     finally:
                         os.close(fd)
                     self.stats["written"] += len(lines)
+                    self._file_bytes += len(data)
                     self._to_ingest += len(lines)
                     self._unwritable = False
                 except OSError as exc:
@@ -323,7 +327,7 @@ class Spool:
         """End this process's spool file (what it wrote so far; a later write starts another), to
         hand it over to an ingester that may then remove it. None: it wrote none."""
         with self._write_lock:
-            closed, self._file = self._file, None
+            closed, self._file, self._file_bytes = self._file, None, 0
         return closed if closed is not None and closed.exists() else None
 
     def note_failure(self, what: str, exc: BaseException) -> None:
@@ -357,6 +361,7 @@ def _forked(spool_ref: weakref.ref) -> None:
     if spool is not None:
         spool._lock, spool._write_lock = threading.Lock(), threading.RLock()
         spool._running, spool._thread, spool._file, spool._ingester = False, None, None, None
+        spool._file_bytes = 0
         spool._standby, spool._drained = None, []  # the parent's: only the parent hands them over
 
 
