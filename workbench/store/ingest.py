@@ -397,6 +397,7 @@ def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None
     words = _words(fd)
     held = ExitStack()  # the ingest lock and the store, while drains follow each other
     con: duckdb.DuckDBPyConnection | None = None
+    raised = 0  # what the store's commits needed so far (`_Invalidated`): it only grows with the store
     try:
         while True:
             line = words(STANDBY_GRACE_S if con is not None else None)
@@ -406,16 +407,22 @@ def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None
                 continue
             verb, *names = (line or "end").split()
             if verb == "drain":
-                try:
-                    con = con or _hold_store(held, db_path, spool_dir)
-                    if con is not None:
-                        files = sorted(path for path in Path(spool_dir).glob("*.jsonl") if path.name in names)
-                        # lowered again for each drain: a batch before may have raised it
-                        _ingest(con, files, frozenset(names), _limit_memory(con))
-                except Exception as exc:  # noqa: BLE001 - the files stay; the end names them again
-                    log.warning("workbench could not ingest a drained spool file (kept): %s", exc)
-                    held.close()
-                    con = None
+                while True:
+                    try:
+                        con = con or _hold_store(held, db_path, spool_dir)
+                        if con is not None:
+                            files = sorted(path for path in Path(spool_dir).glob("*.jsonl") if path.name in names)
+                            # set again for each drain: a batch before may have raised it
+                            _ingest(con, files, frozenset(names), _limit_memory(con, raised), raised)
+                    except _Invalidated as exc:  # at once again, on a new connection with more memory
+                        held.close()
+                        con, raised = None, exc.raised
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - the files stay; the end names them again
+                        log.warning("workbench could not ingest a drained spool file (kept): %s", exc)
+                        held.close()
+                        con = None
+                    break
                 continue
             held.close()
             con = None
@@ -481,14 +488,19 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
         files = sorted(spool_dir.glob("*.jsonl")) + legacy
         if not files:
             return 0
+        raised = 0
         try:
-            with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
-                limited = own_process and _limit_memory(con)
+            while True:
                 try:
-                    return _ingest(con, files, closed, limited)
-                finally:
-                    if limited:  # the instance may be shared with another of this process's connections
-                        _reset_memory(con)
+                    with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
+                        limited = own_process and _limit_memory(con, raised)
+                        try:
+                            return _ingest(con, files, closed, limited, raised)
+                        finally:
+                            if limited:  # the instance may be shared with another of this process's connections
+                                _reset_memory(con)
+                except _Invalidated as exc:  # a new connection, with the memory the batch needs
+                    raised = exc.raised
         except WorkbenchError as exc:
             if not wait and exc.code == "WB_STORE_LOCKED":
                 return None
@@ -520,12 +532,24 @@ def _legacy_spools(db_path: Path, spool_dir: Path) -> list[Path]:
     return sorted(path for path in legacy.glob("*.jsonl") if _SPOOL_FILE.fullmatch(path.name))
 
 
-def _limit_memory(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the store's memory limit was lowered for this ingest (a lake's is left alone)."""
-    if lake.is_lake_connection(con):
+def _limit_memory(con: duckdb.DuckDBPyConnection, raised: int = 0) -> bool:
+    """Whether the store's memory limit was lowered for this ingest (a lake's is left alone; past
+    MEMORY_RAISES raises, none is set)."""
+    if lake.is_lake_connection(con) or raised > MEMORY_RAISES:
         return False
-    con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+    con.execute(f"SET memory_limit = '{_memory_limit(raised)}'")
     return True
+
+
+class _Invalidated(Exception):
+    """DuckDB ran out of memory at a COMMIT and invalidated the database ("Failed to flush table
+    spans during commit"): the connection takes no statement more, not even the raised limit, so
+    every retry on it failed, and every later ingester at the same batch (a 100,000-case eval's
+    store stopped at 51,168 calls). Only a new connection goes on, within `raised` raises."""
+
+    def __init__(self, raised: int) -> None:
+        super().__init__(f"the store needed more than {_memory_limit(raised - 1)} at a commit")
+        self.raised = raised
 
 
 def _memory_limit(raised: int) -> str:
@@ -542,11 +566,12 @@ def _reset_memory(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str] = frozenset(),
-            limited: bool = False) -> int:
-    """Every spool file's new lines, batch by batch, each batch committed with its offsets."""
+            limited: bool = False, raised: int = 0) -> int:
+    """Every spool file's new lines, batch by batch, each batch committed with its offsets.
+    `raised`: times the memory limit was raised already."""
     positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
     schemas: dict[str, dict[str, pl.DataType]] | None = None
-    total = raised = 0  # raised: times the memory limit was raised
+    total = 0
     files = list(files)
     while files:
         chunks: list[_Chunk] = []
@@ -592,6 +617,8 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
                 if not limited or not _out_of_memory(exc):
                     raise
                 raised += 1
+                if _invalidated(exc):
+                    raise _Invalidated(raised) from exc
                 if raised <= MEMORY_RAISES:
                     log.info("a batch needed more than %s of DuckDB's memory: ingesting within %s",
                              _memory_limit(raised - 1), _memory_limit(raised))
@@ -616,6 +643,10 @@ def _out_of_memory(exc: duckdb.Error) -> bool:
     the commit needs grows with the store (a 100,000-case eval's store failed there at ~48,000 cases,
     186 MB), and every later ingester failed at the same batch: nothing more was ever stored."""
     return isinstance(exc, duckdb.OutOfMemoryException) or _NO_MEMORY.search(str(exc)) is not None
+
+
+def _invalidated(exc: duckdb.Error) -> bool:
+    return isinstance(exc, duckdb.FatalException) or "invalidated" in str(exc)
 
 
 def _tail(path: Path, offset: int) -> bytes:
