@@ -412,8 +412,8 @@ def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None
                         con = con or _hold_store(held, db_path, spool_dir)
                         if con is not None:
                             files = sorted(path for path in Path(spool_dir).glob("*.jsonl") if path.name in names)
-                            # set again for each drain: a batch before may have raised it
-                            _ingest(con, files, frozenset(names), _limit_memory(con, raised), raised)
+                            # the limit the drains before needed: the store's commits need more as it grows
+                            _, raised = _ingest(con, files, frozenset(names), _limit_memory(con, raised), raised)
                     except _Invalidated as exc:  # at once again, on a new connection with more memory
                         held.close()
                         con, raised = None, exc.raised
@@ -495,7 +495,7 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
                     with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
                         limited = own_process and _limit_memory(con, raised)
                         try:
-                            return _ingest(con, files, closed, limited, raised)
+                            return _ingest(con, files, closed, limited, raised)[0]
                         finally:
                             if limited:  # the instance may be shared with another of this process's connections
                                 _reset_memory(con)
@@ -566,9 +566,9 @@ def _reset_memory(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str] = frozenset(),
-            limited: bool = False, raised: int = 0) -> int:
-    """Every spool file's new lines, batch by batch, each batch committed with its offsets.
-    `raised`: times the memory limit was raised already."""
+            limited: bool = False, raised: int = 0) -> tuple[int, int]:
+    """Every spool file's new lines, batch by batch, each batch committed with its offsets: the
+    records ingested, and the times the memory limit was raised (`raised`: already, before)."""
     positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
     schemas: dict[str, dict[str, pl.DataType]] | None = None
     total = 0
@@ -631,7 +631,7 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
         positions.update(moved)
         for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
             path.unlink(missing_ok=True)
-    return total
+    return total, raised
 
 
 # DuckDB's buffer manager's words for it ("could not allocate block of size 256.0 KiB", "failed to pin block")
