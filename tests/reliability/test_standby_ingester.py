@@ -1,12 +1,15 @@
 """The exit's ingester started early (`Spool.stand_by`, what `workbench eval` does): it waits for its
 parent's word, then ingests the file handed over; a parent killed first, or with nothing recorded,
-sends none, and it leaves without touching the store, the spool kept whole for a later ingestion."""
+sends none, and it leaves without touching the store, the spool kept whole for a later ingestion.
+A process that records on has its closed files drained by it meanwhile."""
 
 from __future__ import annotations
 
+import pytest
 
 from reliability.faults import assert_spool_whole_after_the_standby_left, count, ingesters_until_none, run_python
 from workbench.config import spool_dir_of
+from workbench.store.ingest import ingest_spools
 
 STANDING_BY_APP = r"""
 import os, signal, sys, time
@@ -57,3 +60,104 @@ def test_a_process_that_recorded_nothing_dismisses_its_standby(tmp_path, fake_ur
     assert result.returncode == 0, result.stderr
     ingesters_until_none(db)
     assert not db.exists()
+
+
+# A recording that goes on: the standby drains each closed file while the process records into the
+# next (`Spool._drain`), whatever happens to the process, the standby or the store meanwhile.
+DRAINING_APP = r"""
+import os, signal, sys, time
+import workbench
+from workbench.capture import recorder
+from workbench.locks import hold
+from workbench.store import spool as spool_module
+from workbench.store.db import open_store
+url, calls, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+spool_module.DRAIN_AFTER_BYTES = 1  # a drain after every write
+spool = recorder().spool
+spool.stand_by()
+standby = spool._standby
+print(standby.pid, flush=True)
+client = workbench.http_client()
+
+def call(index):
+    client.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
+
+def until(test, what):
+    deadline = time.monotonic() + 60
+    while not test():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"never {what}")
+        time.sleep(0.02)
+
+held = None
+if how == "lock":  # another process ingesting
+    held = hold(spool.spool_dir / ".ingest.lock")
+elif how == "store":  # another process holding the store
+    held = open_store(spool.db_path)
+    held.__enter__()
+for index in range(calls // 2):
+    call(index)
+until(lambda: spool._drained, "closed a file for the standby")
+first = spool._drained[0]
+if how == "kill-standby":  # whether it was mid-batch or not: the files it did not commit stay
+    os.kill(standby.pid, signal.SIGKILL)
+    standby.wait()
+elif how in ("lock", "store"):
+    time.sleep(1.5)  # the standby tried: it left the file
+    assert first.exists(), "a file drained while another process held the store is gone"
+    held.release() if how == "lock" else held.__exit__(None, None, None)
+else:
+    until(lambda: not first.exists(), "drained the first file")  # read, stored, removed: the process still runs
+for index in range(calls // 2, calls):
+    call(index)
+spool.flush(ingest=False)  # every call written
+if how == "kill-9":
+    os.kill(os.getpid(), signal.SIGKILL)
+print("detached ingester started" if spool._ingester is not None else "no detached ingester", flush=True)
+"""
+
+
+def run_draining_app(tmp_path, fake_url, calls: int, how: str):
+    db = tmp_path / ".workbench" / "wb.duckdb"
+    result = run_python(DRAINING_APP, fake_url, str(calls), how, cwd=tmp_path,
+                        env={"WORKBENCH_DB": str(db), "WORKBENCH_FLUSH_INTERVAL_S": "0.05"})
+    return db, result
+
+
+def assert_every_call_stored_once(db, calls: int) -> None:
+    assert count(db, "SELECT count(*) FROM calls") == calls
+    assert count(db, "SELECT count(DISTINCT call_id) FROM calls") == calls
+    assert count(db, "SELECT count(*) FROM call_bodies") == calls
+
+
+def test_the_standby_drains_closed_files_while_the_process_records_and_is_the_only_ingester(tmp_path, fake_url):
+    db, result = run_draining_app(tmp_path, fake_url, 12, "return")
+    assert result.returncode == 0, result.stderr
+    standby = int(result.stdout.split()[0])
+    assert "no detached ingester" in result.stdout  # the spool thread started none
+    assert ingesters_until_none(db) <= {standby}
+    assert sorted(spool_dir_of(db).glob("*.jsonl")) == []  # every file drained or handed over, then removed
+    assert_every_call_stored_once(db, 12)
+
+
+def test_a_killed_process_keeps_what_its_standby_drained_and_its_spool_the_rest(tmp_path, fake_url):
+    db, result = run_draining_app(tmp_path, fake_url, 12, "kill-9")
+    assert result.returncode == -9, result.stderr
+    ingesters_until_none(db)  # its input ended without the end's word: it left
+    stored = count(db, "SELECT count(*) FROM calls")
+    spooled = sum(path.read_bytes().count(b'"kind":"call"') for path in spool_dir_of(db).glob("*.jsonl"))
+    assert stored > 0 and stored + spooled == 12  # what it drained in the store, the rest in the spool
+    ingest_spools(db, spool_dir_of(db), wait=True)
+    assert_every_call_stored_once(db, 12)
+
+
+@pytest.mark.parametrize("how", ["kill-standby", "lock", "store"])
+def test_a_drain_that_did_not_happen_leaves_its_file_to_the_end(tmp_path, fake_url, how):
+    """The standby killed (before or in the middle of a batch), or the store another process's
+    while it drains: the closed files stay in the spool, and the end's ingester (the standby, or
+    a detached one when it is gone) is told their names, stores them and removes them."""
+    db, result = run_draining_app(tmp_path, fake_url, 12, how)
+    assert result.returncode == 0, result.stderr
+    ingesters_until_none(db)
+    assert sorted(spool_dir_of(db).glob("*.jsonl")) == []
+    assert_every_call_stored_once(db, 12)

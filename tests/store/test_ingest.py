@@ -262,6 +262,66 @@ def test_a_batch_whose_commit_runs_out_of_the_limit_is_done_again_without_it(tmp
     assert not list(spool.glob("*.jsonl"))
 
 
+# what DuckDB 2.0 raised at a 100,000-case eval's store, at ~51,000 calls, where every later ingester failed too
+_INVALIDATED = ('FATAL Error: Failed: database has been invalidated because of a previous fatal error. The database '
+                'must be restarted prior to being used again.\nOriginal error: "Failed to flush table spans during commit: '
+                'could not allocate block of size 256.0 KiB (60.8 MiB/61.0 MiB used)"')
+
+
+def _invalidating_commit(monkeypatch, ingest) -> list[str]:
+    """Commits that fail within the first limit as DuckDB's do when they invalidate the database: the
+    connection takes no statement more (closed here). The limits the commits were tried within."""
+    real, tried = ingest._transaction, []
+
+    def transaction(con, *args):
+        tried.append(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+        if tried[-1] == _limit_shown(ingest.INGEST_MEMORY_LIMIT):
+            con.close()
+            raise duckdb.FatalException(_INVALIDATED)
+        return real(con, *args)
+
+    monkeypatch.setattr(ingest, "_transaction", transaction)
+    return tried
+
+
+def test_a_commit_that_invalidates_the_database_is_done_again_on_a_new_connection(tmp_path, monkeypatch):
+    """Out of memory at COMMIT, DuckDB may invalidate the database: the raised limit could not even
+    be set on that connection, the ingester ended, and so did every later one at the same batch (the
+    store stayed at 51,168 of 100,000 calls, the spool's other 465 MB never stored)."""
+    from workbench.store import ingest
+
+    tried = _invalidating_commit(monkeypatch, ingest)
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 500)
+    assert ingest_spools(db, spool, own_process=True) == 1_500
+    assert tried[0] == _limit_shown("64MB") and set(tried[1:]) == {_limit_shown("256MB")}
+    assert _rows(db, "SELECT count(*), count(DISTINCT call_id) FROM calls JOIN call_bodies USING (call_id)") == [
+        (500, 500)]
+    assert not list(spool.glob("*.jsonl"))
+
+
+def test_a_standing_by_ingester_drains_on_a_new_connection_after_one_was_invalidated(tmp_path, monkeypatch):
+    """The standby's drains too (`ingest_spools_when_told`, its parent's words on a pipe here), and
+    the drains after it keep the memory the store's commits needed."""
+    import os
+
+    from workbench.store import ingest
+
+    tried = _invalidating_commit(monkeypatch, ingest)
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 500)
+    later = spool / f"{socket.gethostname()}-999999997-0badf00d.jsonl"
+    later.write_bytes(_call("late", span_id="s-late"))
+    read, write = os.pipe()
+    os.write(write, f"drain {DEAD}\ndrain {later.name}\n".encode())
+    os.close(write)  # then its input ends: the parent is gone, what it drained is in
+    ingest.ingest_spools_when_told(db, spool, read)
+    os.close(read)
+    assert tried[0] == _limit_shown("64MB") and set(tried[1:]) == {_limit_shown("256MB")}
+    assert _rows(db, "SELECT count(*), count(DISTINCT call_id) FROM calls") == [(501, 501)]
+    assert not list(spool.glob("*.jsonl"))
+
+
 def test_an_ingest_inside_an_apps_process_leaves_duckdbs_memory_alone(tmp_path, caplog, monkeypatch):
     """The limit is the database instance's: a dashboard or an app ingesting before it reads shares
     that instance with its own queries, which the ingester's limit must not starve."""

@@ -378,6 +378,98 @@ def ingest_spools(db_path: Path, spool_dir: Path, wait: bool = True, closed: Seq
     return _ingest_spools(db_path, spool_dir, wait, frozenset(closed), own_process) or 0
 
 
+# a standing-by ingester keeps the store open this long after a drain for the next word (a recorder
+# at full speed closes a file a second or so): the store opened and closed once, not each drain;
+# idle longer, it closes the store, which readers may then open
+STANDBY_GRACE_S = 1.0
+
+
+def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None:
+    """The standing-by ingester (`Spool.stand_by`): it reads its parent's words on `fd`, one a line.
+    `drain FILE...`: files the parent closed while it goes on recording, ingested now (only those:
+    another process's file waits for the end), skipped when another process ingests or holds the
+    store (they stay, and the end names them again). `ingest FILE...`: the parent's end, its files
+    named: every spool is ingested, as a detached ingester does, and it leaves. End of input without
+    `ingest` (the parent was killed, or had nothing to ingest): it leaves; what it drained is stored,
+    the rest stays in the spool for the next ingestion."""
+    from contextlib import ExitStack
+
+    words = _words(fd)
+    held = ExitStack()  # the ingest lock and the store, while drains follow each other
+    con: duckdb.DuckDBPyConnection | None = None
+    raised = 0  # what the store's commits needed so far (`_Invalidated`): it only grows with the store
+    try:
+        while True:
+            line = words(STANDBY_GRACE_S if con is not None else None)
+            if line == "":  # idle: let readers in
+                held.close()
+                con = None
+                continue
+            verb, *names = (line or "end").split()
+            if verb == "drain":
+                while True:
+                    try:
+                        con = con or _hold_store(held, db_path, spool_dir)
+                        if con is not None:
+                            files = sorted(path for path in Path(spool_dir).glob("*.jsonl") if path.name in names)
+                            # the limit the drains before needed: the store's commits need more as it grows
+                            _, raised = _ingest(con, files, frozenset(names), _limit_memory(con, raised), raised)
+                    except _Invalidated as exc:  # at once again, on a new connection with more memory
+                        held.close()
+                        con, raised = None, exc.raised
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - the files stay; the end names them again
+                        log.warning("workbench could not ingest a drained spool file (kept): %s", exc)
+                        held.close()
+                        con = None
+                    break
+                continue
+            held.close()
+            con = None
+            if verb == "ingest":
+                ingest_spools(db_path, spool_dir, closed=names, own_process=True)
+            return
+    finally:
+        held.close()
+
+
+def _words(fd: int):
+    """A reader of `fd`'s lines: each call returns the next line, "" when none came within `timeout`
+    seconds (None: wait for it), None at the end of input."""
+    import select
+
+    buffered = [b""]
+
+    def next_line(timeout: float | None) -> str | None:
+        while b"\n" not in buffered[0]:
+            if timeout is not None and not select.select([fd], [], [], timeout)[0]:
+                return ""
+            data = os.read(fd, 65536)
+            if not data:
+                return None
+            buffered[0] += data
+        line, buffered[0] = buffered[0].split(b"\n", 1)
+        return line.decode()
+
+    return next_line
+
+
+def _hold_store(held, db_path: Path, spool_dir: Path) -> duckdb.DuckDBPyConnection | None:
+    """The ingest lock and the store, kept in `held`; None when another process has either."""
+    if not held.enter_context(exclusive(Path(spool_dir) / ".ingest.lock", wait=False)):
+        return None
+    try:
+        return held.enter_context(open_store(db_path, wait_s=0.0))
+    except WorkbenchError as exc:
+        if exc.code != "WB_STORE_LOCKED":
+            raise
+    except duckdb.Error as exc:
+        if not is_lock_error(exc):
+            raise
+    held.close()
+    return None
+
+
 def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
     """Ingest without waiting; None when it was skipped (another process is ingesting or holds
     the store), so the caller knows to try again later."""
@@ -396,14 +488,19 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
         files = sorted(spool_dir.glob("*.jsonl")) + legacy
         if not files:
             return 0
+        raised = 0
         try:
-            with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
-                limited = own_process and _limit_memory(con)
+            while True:
                 try:
-                    return _ingest(con, files, closed, limited)
-                finally:
-                    if limited:  # the instance may be shared with another of this process's connections
-                        _reset_memory(con)
+                    with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
+                        limited = own_process and _limit_memory(con, raised)
+                        try:
+                            return _ingest(con, files, closed, limited, raised)[0]
+                        finally:
+                            if limited:  # the instance may be shared with another of this process's connections
+                                _reset_memory(con)
+                except _Invalidated as exc:  # a new connection, with the memory the batch needs
+                    raised = exc.raised
         except WorkbenchError as exc:
             if not wait and exc.code == "WB_STORE_LOCKED":
                 return None
@@ -435,12 +532,24 @@ def _legacy_spools(db_path: Path, spool_dir: Path) -> list[Path]:
     return sorted(path for path in legacy.glob("*.jsonl") if _SPOOL_FILE.fullmatch(path.name))
 
 
-def _limit_memory(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the store's memory limit was lowered for this ingest (a lake's is left alone)."""
-    if lake.is_lake_connection(con):
+def _limit_memory(con: duckdb.DuckDBPyConnection, raised: int = 0) -> bool:
+    """Whether the store's memory limit was lowered for this ingest (a lake's is left alone; past
+    MEMORY_RAISES raises, none is set)."""
+    if lake.is_lake_connection(con) or raised > MEMORY_RAISES:
         return False
-    con.execute(f"SET memory_limit = '{INGEST_MEMORY_LIMIT}'")
+    con.execute(f"SET memory_limit = '{_memory_limit(raised)}'")
     return True
+
+
+class _Invalidated(Exception):
+    """DuckDB ran out of memory at a COMMIT and invalidated the database ("Failed to flush table
+    spans during commit"): the connection takes no statement more, not even the raised limit, so
+    every retry on it failed, and every later ingester at the same batch (a 100,000-case eval's
+    store stopped at 51,168 calls). Only a new connection goes on, within `raised` raises."""
+
+    def __init__(self, raised: int) -> None:
+        super().__init__(f"the store needed more than {_memory_limit(raised - 1)} at a commit")
+        self.raised = raised
 
 
 def _memory_limit(raised: int) -> str:
@@ -457,11 +566,12 @@ def _reset_memory(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str] = frozenset(),
-            limited: bool = False) -> int:
-    """Every spool file's new lines, batch by batch, each batch committed with its offsets."""
+            limited: bool = False, raised: int = 0) -> tuple[int, int]:
+    """Every spool file's new lines, batch by batch, each batch committed with its offsets: the
+    records ingested, and the times the memory limit was raised (`raised`: already, before)."""
     positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
     schemas: dict[str, dict[str, pl.DataType]] | None = None
-    total = raised = 0  # raised: times the memory limit was raised
+    total = 0
     files = list(files)
     while files:
         chunks: list[_Chunk] = []
@@ -507,6 +617,8 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
                 if not limited or not _out_of_memory(exc):
                     raise
                 raised += 1
+                if _invalidated(exc):
+                    raise _Invalidated(raised) from exc
                 if raised <= MEMORY_RAISES:
                     log.info("a batch needed more than %s of DuckDB's memory: ingesting within %s",
                              _memory_limit(raised - 1), _memory_limit(raised))
@@ -519,7 +631,7 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
         positions.update(moved)
         for path in finished:  # after the commit: a crash here leaves a file that re-ingests as no-ops
             path.unlink(missing_ok=True)
-    return total
+    return total, raised
 
 
 # DuckDB's buffer manager's words for it ("could not allocate block of size 256.0 KiB", "failed to pin block")
@@ -531,6 +643,10 @@ def _out_of_memory(exc: duckdb.Error) -> bool:
     the commit needs grows with the store (a 100,000-case eval's store failed there at ~48,000 cases,
     186 MB), and every later ingester failed at the same batch: nothing more was ever stored."""
     return isinstance(exc, duckdb.OutOfMemoryException) or _NO_MEMORY.search(str(exc)) is not None
+
+
+def _invalidated(exc: duckdb.Error) -> bool:
+    return isinstance(exc, duckdb.FatalException) or "invalidated" in str(exc)
 
 
 def _tail(path: Path, offset: int) -> bytes:

@@ -6,7 +6,8 @@ The application's thread only hands records over: encoding them, and any work a 
 (`defer`), happen on the spool thread. Ingestion into DuckDB is the readers' job first — the
 dashboard and every report ingest pending spools before they read — so a recording process only
 starts a detached ingester now and then (`INGEST_EVERY_S`, less often while ingesters take long:
-`INGEST_SHARE`; or after `INGEST_AFTER_RECORDS`) and at exit: DuckDB work in the application's
+`INGEST_SHARE`; or after `INGEST_AFTER_RECORDS`) and at exit, or keeps one standing by that drains
+its closed files as they fill (`stand_by`): DuckDB work in the application's
 process would compete with it for the GIL. Only `workbench.flush()` (and `configure`) ingest in
 process, because their caller waits for the store. Recording is fail-open: errors are logged once
 and counted in `stats`, and the call goes on."""
@@ -50,6 +51,12 @@ INGEST_AFTER_RECORDS = 20_000
 # against the stored calls of the last minutes (insight's cache verdicts), so it takes longer as a
 # long recording grows, and ingesters started every 10 s cost more than the recording itself
 INGEST_SHARE = 10
+# with an ingester standing by, the spool file is closed and handed to it to drain once this many
+# bytes are in it: the one process, already started, ingests while the recording goes on, and the
+# exit leaves it only the last file. An ingest batch's worth (ingest's BATCH_BYTES): what a batch
+# costs besides its rows (insight's look back at the stored calls, the rollups' fold) grows with the
+# store, so 2,000-record drains (2.3 MB) cost a 10,000-case eval's ingester twice the CPU
+DRAIN_AFTER_BYTES = 8 * 1024 * 1024
 
 
 class Spool:
@@ -78,6 +85,8 @@ class Spool:
         self._ingester: subprocess.Popen | None = None
         self._ingest_took = 0.0  # seconds the last detached ingester ran (as the spool thread saw it end)
         self._standby: subprocess.Popen | None = None  # the exit's ingester, started early (`stand_by`)
+        self._drained: list[Path] = []  # files closed and handed to it to drain, named again at the end
+        self._file_bytes = 0  # written to this process's file (since it was opened)
 
     # called from any thread, on the application's path: hand over, nothing more
     def append(self, kind: str, row: dict) -> None:
@@ -150,10 +159,12 @@ class Spool:
                 if not self._stopping:
                     self.flush(ingest=False)
                     every = max(INGEST_EVERY_S, INGEST_SHARE * self._ingester_took())
-                    # with an ingester standing by, the end hands it everything: no process start
-                    # on the clock meanwhile, only past INGEST_AFTER_RECORDS (its batch stays bounded)
-                    due = self._standby is None and time.monotonic() - self._ingested_at >= every
-                    if self._to_ingest and (due or self._to_ingest >= INGEST_AFTER_RECORDS):
+                    # with an ingester standing by, it drains the closed files: no process start
+                    if self._standby is not None:
+                        if self._file_bytes >= DRAIN_AFTER_BYTES:
+                            self._drain()
+                    elif self._to_ingest and (time.monotonic() - self._ingested_at >= every
+                                              or self._to_ingest >= INGEST_AFTER_RECORDS):
                         self._ingest_in_background()
         finally:
             self._running = False  # whatever ended it, the next record starts another
@@ -173,16 +184,19 @@ class Spool:
             return  # the last one is still at it; what it misses waits for the next
         self._to_ingest, self._ingested_at = 0, time.monotonic()
         try:
-            self._ingester, self._ingester_started = _ingest_detached(self.db_path, self.spool_dir), time.monotonic()
+            # the drained files a standby that is gone left are this process's closed ones still
+            self._ingester = _ingest_detached(self.db_path, self.spool_dir, self._drained)
+            self._ingester_started = time.monotonic()
         except OSError as exc:
             self._fail("ingest", exc)
 
     def stand_by(self) -> None:
-        """Start the ingester the exit will need now, idle until the exit hands it this process's
-        file: its start-up (an interpreter, DuckDB, polars: most of what it costs for a small batch)
-        runs while the process works, not after it ends. A process that dies first (killed) or has
-        nothing to ingest sends it nothing: it ends without touching the store, and the spool stays
-        for the next ingestion."""
+        """Start the ingester the exit will need now: its start-up (an interpreter, DuckDB, polars:
+        most of what it costs for a small batch) runs while the process works, not after it ends.
+        Meanwhile it drains this process's file each time DRAIN_AFTER_BYTES are in it (closed, and
+        recording goes on into the next), the one ingester of a long recording; the exit hands it
+        the last. A process that dies first (killed) or has nothing to ingest sends it no end: it
+        leaves, what it drained stored, and the spool keeps the rest for the next ingestion."""
         if self._standby is not None:
             return
         try:
@@ -190,32 +204,52 @@ class Spool:
         except OSError as exc:
             self._fail("ingest", exc)
 
-    def _hand_over(self, closed: Path | None) -> bool:
-        """Tell the standing-by ingester to ingest (`closed`: the file handed over); False when
-        there is none or it is gone (the caller starts one)."""
-        standby, self._standby = self._standby, None
+    def _drain(self) -> None:
+        """On the spool thread: close this process's file and hand it to the standing-by ingester,
+        which ingests it while recording goes on into the next. A standby that is gone takes no more
+        (detached ingesters do, as without one); the file stays in the spool, named at the end."""
+        with self._write_lock:
+            closed = self.close_file()
+            if closed is None:
+                return
+            self._to_ingest, self._ingested_at = 0, time.monotonic()
+            self._drained.append(closed)
+            if not self._tell_standby(f"drain {closed.name}", end=False):
+                self._standby = None
+
+    def _tell_standby(self, words: str, end: bool) -> bool:
+        """Send the standing-by ingester a line (`end`: its last); False when it is gone."""
+        standby = self._standby
         if standby is None:
             return False
         try:
-            standby.stdin.write(f"ingest {closed.name if closed else ''}\n".encode())
-            standby.stdin.close()
+            standby.stdin.write(f"{words}\n".encode())
+            if end:
+                standby.stdin.close()
+            else:
+                standby.stdin.flush()
             return standby.poll() is None or standby.returncode == 0
         except OSError:  # it ended (killed, or failed to start): nothing was handed over
             return False
 
     def hand_over(self) -> None:
-        """Write what is pending and give this process's file to the standing-by ingester (or to
-        a detached one when none stands by), if there is anything to ingest; else dismiss the
-        standby. Recording may go on afterwards: into a new file, for the next ingestion."""
-        self.flush(ingest=False)
-        if self._to_ingest or self._ingester is not None:
-            # reset first: what is written from now on counts again (into this file or the next)
-            self._to_ingest, self._ingester, self._ingested_at = 0, None, time.monotonic()
-            closed = self.close_file()
-            if not self._hand_over(closed):
-                _ingest_detached(self.db_path, self.spool_dir, closed)
-        else:
-            self._dismiss_standby()
+        """Write what is pending and give this process's files (the drained ones too) to the
+        standing-by ingester (or to a detached one when none stands by), if there is anything to
+        ingest; else dismiss the standby. Recording may go on afterwards: into a new file, for the
+        next ingestion."""
+        with self._write_lock:  # not beside a drain of the spool thread's
+            self.flush(ingest=False)
+            if self._to_ingest or self._ingester is not None or self._drained:
+                # reset first: what is written from now on counts again (into this file or the next)
+                self._to_ingest, self._ingester, self._ingested_at = 0, None, time.monotonic()
+                closed = [*self._drained, *filter(None, [self.close_file()])]
+                self._drained = []
+                handed = self._tell_standby(" ".join(["ingest", *(path.name for path in closed)]), end=True)
+                self._standby = None
+                if not handed:
+                    _ingest_detached(self.db_path, self.spool_dir, closed)
+            else:
+                self._dismiss_standby()
 
     def _dismiss_standby(self) -> None:
         standby, self._standby = self._standby, None
@@ -262,6 +296,7 @@ class Spool:
                     finally:
                         os.close(fd)
                     self.stats["written"] += len(lines)
+                    self._file_bytes += len(data)
                     self._to_ingest += len(lines)
                     self._unwritable = False
                 except OSError as exc:
@@ -292,7 +327,7 @@ class Spool:
         """End this process's spool file (what it wrote so far; a later write starts another), to
         hand it over to an ingester that may then remove it. None: it wrote none."""
         with self._write_lock:
-            closed, self._file = self._file, None
+            closed, self._file, self._file_bytes = self._file, None, 0
         return closed if closed is not None and closed.exists() else None
 
     def note_failure(self, what: str, exc: BaseException) -> None:
@@ -326,7 +361,8 @@ def _forked(spool_ref: weakref.ref) -> None:
     if spool is not None:
         spool._lock, spool._write_lock = threading.Lock(), threading.RLock()
         spool._running, spool._thread, spool._file, spool._ingester = False, None, None, None
-        spool._standby = None  # the parent's: only the parent hands it over
+        spool._file_bytes = 0
+        spool._standby, spool._drained = None, []  # the parent's: only the parent hands them over
 
 
 _spools: dict[tuple[Path, Path], Spool] = {}
@@ -377,20 +413,20 @@ _INGEST_CODE = "import os, sys; from workbench.store.ingest import ingest_spools
                "closed=sys.argv[3:], own_process=True); os._exit(0)"
 # standing by: imported, then one line from its parent, `ingest [FILE]`; end of input without it
 # (the parent was killed, or had nothing to ingest) ends it without touching the store
-_STANDBY_CODE = "import os, sys; from workbench.store.ingest import ingest_spools; words = sys.stdin.readline().split(); " \
-                "words[:1] == ['ingest'] and ingest_spools(sys.argv[1], sys.argv[2], closed=words[1:], own_process=True); " \
-                "os._exit(0)"
+_STANDBY_CODE = "import os, sys; from workbench.store.ingest import ingest_spools_when_told; " \
+                "ingest_spools_when_told(sys.argv[1], sys.argv[2]); os._exit(0)"
 
 
-def _ingest_detached(db_path: Path, spool_dir: Path, closed: Path | None = None,
+def _ingest_detached(db_path: Path, spool_dir: Path, closed: list[Path] = (),
                      standby: bool = False) -> subprocess.Popen:
-    """An ingester of its own session. `closed`: the exiting process's file, handed over so that the
-    ingester removes it once read, though the process may still be exiting (it was left behind,
-    read to its end, for the next ingester to find its writer gone). `standby`: one that waits for
-    its parent's word on its input (`Spool.stand_by`)."""
+    """An ingester of its own session. `closed`: the recording process's files it will write no more
+    (the exiting one's, those it drained), handed over so that the ingester removes them once read,
+    though the process may still be running or exiting (they were left behind, read to their end,
+    for the next ingester to find their writer gone). `standby`: one that waits for its parent's
+    words on its input (`Spool.stand_by`)."""
     return subprocess.Popen(
         [sys.executable, "-c", _STANDBY_CODE if standby else _INGEST_CODE, str(db_path), str(spool_dir),
-         *([closed.name] if closed else [])],
+         *(path.name for path in closed)],
         start_new_session=True,
         stdin=subprocess.PIPE if standby else subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
