@@ -43,16 +43,18 @@ if not labels:
     st.stop()
 
 
-def follow_picker() -> None:
-    st.query_params["run_id"] = st.session_state["run_picker"]
+def follow_picker(key: str) -> None:
+    st.query_params["run_id"] = st.session_state[key]
 
 
 def pick_run() -> None:
     """The run picker, in its place above the figures but drawn after them (a cold browser builds a
     selectbox of every listed run before it paints what comes with it). A picked run goes into the
-    URL before the page reruns (`on_change`), so the rerun reads that run at once."""
-    picked = picker.selectbox("Run", list(labels), format_func=labels.get, key="run_picker", on_change=follow_picker,
-                              index=list(labels).index(wanted) if wanted else 0)
+    URL before the page reruns (`on_change`), so the rerun reads that run at once; the key names the
+    run shown, so a picker for another run (a link, the navigation) starts from that run."""
+    key = f"run_picker:{wanted}"
+    picked = picker.selectbox("Run", list(labels), format_func=labels.get, key=key, on_change=follow_picker,
+                              args=(key,), index=list(labels).index(wanted) if wanted else 0)
     if picked != wanted:
         st.query_params["run_id"] = picked
         st.rerun()

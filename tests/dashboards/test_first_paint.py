@@ -123,3 +123,12 @@ def test_the_run_explorer_without_a_run_shows_the_latest_in_one_run_of_the_page(
     assert sent.count("date_input") == 1, sent  # the sidebar drawn once: the page was not rerun
     assert at.query_params["run_id"] in ([at.selectbox[0].value], at.selectbox[0].value)
     assert {m.label for m in at.metric} >= {"Status", "Billed"}
+
+
+def test_the_run_explorer_opened_again_without_a_run_shows_the_latest_not_the_last_picked(dashboard_db, monkeypatch):
+    at = render(dashboard_db, monkeypatch, "run_explorer.py", run_id="R1")
+    del at.query_params["run_id"]  # the navigation's link to the page: the filters, no run
+    at.run()
+    assert not at.exception and not at.error
+    latest = at.query_params["run_id"]
+    assert latest not in ("R1", ["R1"]) and at.selectbox[0].value in (latest, *latest)
