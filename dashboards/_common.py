@@ -284,28 +284,28 @@ _TILES = "_headline_tiles"  # session key: this run's headline tiles, until thei
 
 
 class Tiles:
-    """The headline's metric tiles, drawn before the page's first read with a placeholder value
-    each: a cold browser loads the metric's code (about ten modules) while the store is read, so
-    the figures paint as soon as they arrive instead of queueing behind the modules of the widgets,
-    charts and tables sent right after them. `tiles[i].metric(...)` draws a figure in its tile;
-    `clear()` removes the row (a page that stops before its figures; guidance and errors do it)."""
+    """The headline's metric tiles. One placeholder metric (`…`, its label hidden) is drawn before
+    the page's first read: a cold browser loads the metric's code (about ten modules) while the store
+    is read, so the figures paint as soon as they arrive instead of queueing behind the modules of
+    the widgets, charts and tables sent right after them. The first `tiles[i]` puts the row of
+    columns (`rows`: tiles a row) in its place; `tiles[i].metric(...)` draws a figure. `clear()`
+    removes it (a page that stops before its figures; guidance and errors do it)."""
 
     def __init__(self, *rows: int) -> None:
-        self._row = st.empty()
-        self._slots = []
-        with self._row.container():
-            for count in rows:
-                for column in st.columns(count):
-                    slot = column.empty()
-                    slot.metric("loading", "…", label_visibility="hidden")
-                    self._slots.append(slot)
+        self._slot = st.empty()
+        self._slot.metric("loading", "…", label_visibility="hidden")
+        self._rows = rows
+        self._columns: list | None = None
         st.session_state[_TILES] = self
 
     def __getitem__(self, index: int):
-        return self._slots[index]
+        if self._columns is None:
+            with self._slot.container():
+                self._columns = [column for count in self._rows for column in st.columns(count)]
+        return self._columns[index]
 
     def clear(self) -> None:
-        self._row.empty()
+        self._slot.empty()
 
 
 def _forget_tiles(clear: bool) -> None:
