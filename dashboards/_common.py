@@ -134,6 +134,7 @@ def _guard(fn: Callable):
     except q.StoreMissing:
         empty_store(db, missing=True)
     except WorkbenchError as exc:
+        _forget_tiles(clear=True)
         st.error(f"**{exc.code}**: {escaped(exc.cause)}\n\n**Fix:** {escaped(exc.fix)}")
         if exc.code == "WB_STORE_LOCKED":
             st.button("Retry", key=f"retry-{exc.code}")
@@ -141,6 +142,7 @@ def _guard(fn: Callable):
 
 
 def empty_store(db: str, missing: bool = False) -> None:
+    _forget_tiles(clear=True)
     where = escaped(db)
     what = f"There is no store at {where} yet." if missing else f"The store at {where} holds no calls or runs yet."
     st.info(
@@ -241,6 +243,7 @@ def page_header(title: str, caption: str) -> q.Filters:
     draws its headline and calls `filter_sidebar`: a browser builds the sidebar's widgets (a date
     picker, six multiselects, a radio) in about a second of CPU on a cold page, and shows the figures
     sent before them first."""
+    st.session_state.pop(_TILES, None)  # a previous run's tiles are not this run's
     st.title(title)
     st.caption(caption)
     st.html(_STYLE)
@@ -253,6 +256,7 @@ def filter_sidebar(filters: q.Filters) -> None:
     """The filters in the sidebar below the navigation, holding `filters` (`page_header`'s), and the
     URL written to match them so a view can be shared. Stops the page with guidance when the store
     is missing."""
+    _forget_tiles(clear=False)  # the headline is drawn (or cleared by the page) by now
     options = filter_choices()
     side = st.sidebar
     side.subheader("Filters")
@@ -274,6 +278,40 @@ def filter_sidebar(filters: q.Filters) -> None:
         key: value if isinstance(value, list) else [value] for key, value in wanted.items()
     }:
         st.query_params.from_dict(wanted)
+
+
+_TILES = "_headline_tiles"  # session key: this run's headline tiles, until their figures are drawn
+
+
+class Tiles:
+    """The headline's metric tiles. One placeholder metric (`…`, its label hidden) is drawn before
+    the page's first read: a cold browser loads the metric's code (about ten modules) while the store
+    is read, so the figures paint as soon as they arrive instead of queueing behind the modules of
+    the widgets, charts and tables sent right after them. The first `tiles[i]` puts the row of
+    columns (`rows`: tiles a row) in its place; `tiles[i].metric(...)` draws a figure. `clear()`
+    removes it (a page that stops before its figures; guidance and errors do it)."""
+
+    def __init__(self, *rows: int) -> None:
+        self._slot = st.empty()
+        self._slot.metric("loading", "…", label_visibility="hidden")
+        self._rows = rows
+        self._columns: list | None = None
+        st.session_state[_TILES] = self
+
+    def __getitem__(self, index: int):
+        if self._columns is None:
+            with self._slot.container():
+                self._columns = [column for count in self._rows for column in st.columns(count)]
+        return self._columns[index]
+
+    def clear(self) -> None:
+        self._slot.empty()
+
+
+def _forget_tiles(clear: bool) -> None:
+    tiles = st.session_state.pop(_TILES, None)
+    if clear and tiles is not None:
+        tiles.clear()
 
 
 def _navigation(filters: q.Filters, db: str) -> None:

@@ -9,16 +9,17 @@ import streamlit as st
 import _common as ui
 
 filters = ui.page_header("Compaction", "Context compactions (the runtime's agent.compact events and apps' own).")
+cols = ui.Tiles(5)  # drawn before the read: see Tiles
 # the headline first: its figures paint while the tables below are still being read
 totals = ui.load("compaction_totals", filters).row(0, named=True)
 
 if not totals["events"]:
+    cols.clear()
     ui.filter_sidebar(filters)
     st.info("No compactions match the filters. Agents built with `workbench.Agent(...)` compact automatically near "
             "their context limit; apps running their own loop report theirs with `workbench.event(\"agent.compact\", ...)`.")
     st.stop()
 
-cols = st.columns(5)
 cols[0].metric("Compactions", f"{totals['events']:,}", help=f"in {totals['runs']:,} runs")
 cols[1].metric("Failed", f"{totals['failed']:,}", help="outcome other than ok")
 cols[2].metric("Tokens before → after", f"{ui.compact(totals['tokens_before'])} → {ui.compact(totals['tokens_after'])}",

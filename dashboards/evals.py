@@ -14,6 +14,7 @@ import streamlit as st
 import _common as ui
 
 filters = ui.page_header("Evals", "Suite scores over time, gate verdicts, and per-case deltas against the baseline.")
+cols = ui.Tiles(4)  # drawn before the read: see Tiles
 data = ui.load_page("evals", filters)
 history = data.get("history")
 matrices = data.get("matrices")
@@ -67,6 +68,7 @@ def matrix_section(matrices: pl.DataFrame) -> None:
 
 
 if history is None or history.is_empty():
+    cols.clear()
     ui.filter_sidebar(filters)
     if matrices is not None and not matrices.is_empty():
         matrix_section(matrices)
@@ -76,7 +78,6 @@ if history is None or history.is_empty():
     st.stop()
 
 latest = history.sort("started_at").group_by("suite").last()
-cols = st.columns(4)
 cols[0].metric("Eval runs", f"{history.height:,}", help=f"{latest.height} suites")
 failed = history.filter(pl.col("verdict").is_in(["regression", "error"])).height
 cols[1].metric("Failed gates", f"{failed:,}", help="verdict regression or error")

@@ -13,13 +13,13 @@ from workbench.store.rollup import LATENCY_ERROR
 filters = ui.page_header("Overview", "Where the money went: by day, model and prompt version.")
 # the breakdown's choices sit above the figures but are drawn after them (they need the filters' options)
 controls = st.container()
+cols = ui.Tiles(3, 3)  # money first; six tiles in one row cut an exact amount short. Drawn before the read: see Tiles
 # the headline first: its figures paint while the breakdowns below are still being counted
 data = ui.load("overview_headline", filters)
 calls = data["calls"].row(0, named=True)
 runs = data["runs"].row(0, named=True)
 finished = runs["ok"] + runs["failed"]
 
-cols = [*st.columns(3), *st.columns(3)]  # money first; six tiles in one row cut an exact amount short
 unpriced_note = f"+ {calls['unpriced_calls']:,} unpriced calls" if calls["unpriced_calls"] else None
 cols[0].metric("Spend", ui.money_by_currency(data["currency"]), delta=unpriced_note, delta_color="inverse",
                delta_arrow="off", help="what live calls cost, exact (sub-cent where sub-cent); unpriced calls are "

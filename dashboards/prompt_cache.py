@@ -16,6 +16,7 @@ filters = ui.page_header(
     "settled calls that read anything / settled calls. Net savings = reads × (input − read price) − writes × "
     "(write − input price), at each call's recorded prices.",
 )
+cols = ui.Tiles(5)  # drawn before the read: see Tiles
 # the headline first: its figures paint while the tables below are still being read
 data = ui.load("cache_headline", filters)
 # a row per currency: the counts are summed, the money is shown per currency (never added across)
@@ -24,7 +25,6 @@ totals = by_currency.drop("currency").sum().row(0, named=True)
 currency = by_currency["currency"][0] or "USD"  # the main one: the chart's
 input_all = totals["input_tokens"] + totals["cache_read_tokens"] + totals["cache_write_tokens"]
 
-cols = st.columns(5)
 cols[0].metric("Read share", ui.share(totals["cache_read_tokens"], input_all),
                help=f"{totals['cache_read_tokens']:,} of {input_all:,} input tokens")
 cols[1].metric("Request hit rate", ui.share(totals["hit_calls"], totals["calls"]),
@@ -40,6 +40,9 @@ if totals["replayed_calls"]:
 if totals["unpriced_calls"]:
     st.warning(f"{totals['unpriced_calls']:,} settled calls have no price row, so their cache use saved an unknown "
                "amount; they are left out of the money above.", icon=":material/money_off:")
+# the tables read before anything else is drawn: the browser paints the figures meanwhile, not behind the
+# widgets, chart and tables below
+tables = ui.load("cache_tables", filters)
 ui.filter_sidebar(filters)
 
 st.subheader("By prompt and model")
@@ -59,9 +62,8 @@ if not by.is_empty():
 ui.table(by, "cache_by_prompt_model", money_columns=(),
          exact_columns=("net_savings_micros", "read_savings_micros", "write_premium_micros"))
 
-data = ui.load("cache_tables", filters)
 st.subheader("Unstable prefixes")
-unstable = data["unstable"]
+unstable = tables["unstable"]
 count = unstable["total_runs"][0] if not unstable.is_empty() else 0
 st.caption(f"{count:,} runs made two or more calls, wrote the cache on the first, and never read it afterwards: "
            "something early in the prompt (a timestamp, an id, tool order) changes between turns.")
@@ -69,7 +71,7 @@ ui.table(ui.with_explorer_links(unstable.drop("total_runs") if "total_runs" in u
          "unstable_prefix_runs", column_config={"run": ui.explorer_link_column()})
 
 st.subheader("Response cache")
-hits = data["response_cache"]
+hits = tables["response_cache"]
 st.caption("Calls the runtime's gateway answered from its response cache (Gateway(cache=ResponseCache())): nothing "
            "was sent or paid. 'Saved' is what the re-served calls cost when they were paid; it is never added to "
            "what was paid.")
@@ -80,13 +82,13 @@ st.caption("Each call's verdict, judged once when it was recorded, against the c
            "serve (same provider, model and cache scope, on the provider's clock). Lost = what the misses paid minus "
            "what a hit on the same prefix would have paid, exact. `unexplained`: an identical prefix was cached and "
            "alive, yet nothing was read (the provider evicted or routed elsewhere): not the prompt's fault.")
-why = data["why"]
+why = tables["why"]
 if why.is_empty():
     st.caption("No settled calls match the filters.")
 else:
     ui.table(why, "cache_miss_reasons", money_columns=(), exact_columns=("lost_micros",))
 st.markdown("**Prefixes that keep changing** (by prompt and the first region that differs; one recorded diff each)")
-ui.table(data["changing"], "cache_changing_regions", money_columns=(), exact_columns=("lost_micros",))
+ui.table(tables["changing"], "cache_changing_regions", money_columns=(), exact_columns=("lost_micros",))
 st.markdown("**Cache writes and their fate**: `read` (a later hit read it), `wasted` (its life ended unread: "
             "paid 1.25x or 2x the input price for nothing), `alive` (unread, still in its life)")
-ui.table(data["waste"], "cache_write_waste", money_columns=(), exact_columns=("write_micros",))
+ui.table(tables["waste"], "cache_write_waste", money_columns=(), exact_columns=("write_micros",))

@@ -18,6 +18,8 @@ LONG_SYSTEM_CHARS = 1500  # a longer system prompt (a handbook, the docs) is fol
 
 filters = ui.page_header("Run explorer", "One run: what was said, what each call cost, where the time went.")
 wanted = st.query_params.get("run_id")
+picker = st.container()  # the run picker, above the figures
+cols = ui.Tiles(5)  # drawn before the read: see Tiles
 data = ui.load_page("run_explorer", filters, run_id=wanted)
 choices = data["choices"]
 if not wanted and choices.height:  # no run asked for: the latest, read now rather than in a rerun of the page
@@ -35,16 +37,33 @@ if wanted and wanted not in labels:  # a run the filters, or the list of the lat
     found = data["tree"].filter(pl.col("run_id") == wanted)
     labels = {wanted: label(found.row(0, named=True)) if found.height else wanted, **labels}
 if not labels:
+    cols.clear()
     ui.filter_sidebar(filters)
     st.info("No runs match the filters.")
     st.stop()
-picked = st.selectbox("Run", list(labels), format_func=labels.get, index=list(labels).index(wanted) if wanted else 0)
-if picked != wanted:
-    st.query_params["run_id"] = picked
-    st.rerun()
+
+
+def follow_picker(key: str) -> None:
+    st.query_params["run_id"] = st.session_state[key]
+
+
+def pick_run() -> None:
+    """The run picker, in its place above the figures but drawn after them (a cold browser builds a
+    selectbox of every listed run before it paints what comes with it). A picked run goes into the
+    URL before the page reruns (`on_change`), so the rerun reads that run at once; the key names the
+    run shown, so a picker for another run (a link, the navigation) starts from that run."""
+    key = f"run_picker:{wanted}"
+    picked = picker.selectbox("Run", list(labels), format_func=labels.get, key=key, on_change=follow_picker,
+                              args=(key,), index=list(labels).index(wanted) if wanted else 0)
+    if picked != wanted:
+        st.query_params["run_id"] = picked
+        st.rerun()
+
 
 tree = data["tree"]
 if tree.is_empty():
+    cols.clear()
+    pick_run()
     ui.filter_sidebar(filters)
     st.warning("No run with the id below is in the store (it may not be ingested yet: refresh in a few seconds).")
     st.code(wanted, language=None)
@@ -52,7 +71,6 @@ if tree.is_empty():
 run = tree.filter(pl.col("run_id") == wanted).row(0, named=True)
 calls = data["calls"]
 
-cols = st.columns(5)
 cols[0].metric("Status", run["status"] if run["status"] in ("ok", "failed", "running") else "unknown")
 cols[1].metric("Billed", ui.money(run["billed_cost_micros"], "USD", run["billed_unpriced_calls"] or 0)
                if run["billed_calls"] is not None else "no bill", help=ui.bill_note(run))
@@ -63,6 +81,7 @@ cols[3].metric("Tokens in / out", f"{ui.compact(tokens_in)} / {ui.compact(run['b
 duration = (run["ended_at"] - run["started_at"]).total_seconds() if run["ended_at"] and run["started_at"] else None
 cols[4].metric("Duration", f"{duration:.2f}s" if duration is not None else "running")
 ui.filter_sidebar(filters)
+pick_run()
 # recorded text (names, tags, errors, prompts, answers) is shown with st.text and st.code, never as
 # Markdown: escaping cannot stop Markdown from turning a recorded URL into a link
 st.text(" · ".join((
