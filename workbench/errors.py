@@ -22,6 +22,7 @@ CODES: dict[str, str] = {
     "WB_NETWORK_BLOCKED": "a test under --block-network tried to connect to a host it does not allow",
     "WB_STORE_LOCKED": "the store stayed locked by another process past the retry window",
     "WB_STORE_INVALID": "the store file is not a Workbench store, or is newer than this version",
+    "WB_LOCK_UNSAFE": "a lock file is a symbolic link, not a regular file, or another user's: it is refused, so ingestion (or what else takes it) stops",
     "WB_STORE_UNWRITABLE": "the store cannot be created or written: a full disk, a read-only file system, permissions",
     "WB_LAKE_UNREACHABLE": "the DuckLake store named by WORKBENCH_DB cannot be attached: its catalog database is down or refuses",
     "WB_LAKE_EXTENSION_MISSING": "DuckDB cannot load the ducklake (or catalog) extension a DuckLake store needs",

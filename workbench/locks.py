@@ -3,6 +3,11 @@
 lock), so `import workbench`, ingestion and replay run on macOS and Windows as on Linux. A lock is
 held by an open file, so a process that dies releases it.
 
+A lock file that is not a regular file of this user's (a symbolic link, a folder, a FIFO, another
+user's file) is refused, never followed nor shared: `WB_LOCK_UNSAFE`, naming the file and the fix.
+Another user's file could be held forever to stop ingestion, a link could make us create or lock a
+file elsewhere.
+
 On POSIX the lock is taken with `fcntl.flock` directly, as `filelock` does there: importing
 `filelock` costs ~60 M instructions, a fifth of what Workbench's imports add to a pytest session's start."""
 
@@ -10,9 +15,12 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from workbench.errors import WorkbenchError
 
 try:
     import fcntl
@@ -21,6 +29,43 @@ except ImportError:  # Windows
 
 # flock refused by the filesystem itself (not another holder): filelock's soft lock takes over
 _NO_FLOCK = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK})
+# os.open of an existing lock file refused for what the file is: a link (O_NOFOLLOW: ELOOP, EMLINK on
+# the BSDs), a folder, another user's private file
+_REFUSED = frozenset({errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENXIO})
+
+
+def _problem(status: os.stat_result) -> str | None:
+    """What makes a lock file (its `lstat`, or `fstat` once open) unsafe to lock; None: nothing."""
+    if stat.S_ISLNK(status.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISREG(status.st_mode):
+        return "is not a regular file (a folder, a FIFO or a device)"
+    if hasattr(os, "getuid") and status.st_uid != os.getuid():
+        return f"belongs to another user (uid {status.st_uid}, this process runs as uid {os.getuid()})"
+    return None
+
+
+def _unsafe(lock_path: Path, problem: str) -> WorkbenchError:
+    return WorkbenchError(
+        "WB_LOCK_UNSAFE", f"the lock file {lock_path} {problem}: Workbench neither follows nor shares such "
+        "a file, so what needs this lock does not run until it is replaced (for `.ingest.lock`: spooled "
+        "records stay in the spool, none lost, and the store stops growing)",
+        f"remove it (`rm {lock_path}`) as the user Workbench runs as: the next use makes it again, a "
+        "private regular file",
+    )
+
+
+def check(lock_path: Path) -> None:
+    """Raise `WB_LOCK_UNSAFE` when the lock file at `lock_path` exists and would be refused (one
+    `lstat`): for a process that never takes the lock itself but starts one that does."""
+    if fcntl is None:
+        return
+    try:
+        problem = _problem(os.lstat(lock_path))
+    except OSError:  # absent (made at its first use), or its folder unreadable: the lock says why
+        return
+    if problem:
+        raise _unsafe(Path(lock_path), problem)
 
 
 class _Flock:
@@ -46,7 +91,17 @@ def _take(lock_path: Path, wait: bool):
     lock_path = Path(lock_path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     if fcntl is not None:
-        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK,
+                                 0o600)
+        except OSError as exc:
+            if exc.errno in _REFUSED:
+                check(lock_path)
+            raise
+        problem = _problem(os.fstat(descriptor))
+        if problem:
+            os.close(descriptor)
+            raise _unsafe(lock_path, problem)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             return _Flock(descriptor)

@@ -33,6 +33,7 @@ _SESSIONS = pytest.StashKey[list]()
 _PLAYED_AT_END = pytest.StashKey[bool]()
 _OWNS_PROCESS = pytest.StashKey[bool]()  # the process's first session: its standby ingester is this session's
 _STANDBY_ASKED = pytest.StashKey[bool]()
+_LOCK_UNSAFE = pytest.StashKey[Exception]()  # the spool's ingest lock refused: said in the summary
 _sessions_begun = 0
 
 
@@ -120,14 +121,27 @@ def _stand_by_ingester(config: pytest.Config) -> None:
         return
     try:
         from workbench.capture import recorder
+        from workbench.errors import WorkbenchError
+        from workbench.locks import check
 
         if not recorder().settings.capture:
             return
         spool = recorder().spool
+        try:  # its ingester would refuse the lock where no one sees it: the session's summary says so
+            check(spool.spool_dir / ".ingest.lock")
+        except WorkbenchError as exc:
+            config.stash[_LOCK_UNSAFE] = exc
         spool.stand_by()
     except Exception:  # noqa: BLE001 - recording never breaks the tests: the exit starts an ingester instead
         return
     config.add_cleanup(functools.partial(_hand_over_at_end, spool))  # after every other cleanup: added first
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    unsafe = config.stash.get(_LOCK_UNSAFE, None)
+    if unsafe is not None:
+        terminalreporter.write_line(f"workbench: the calls this session recorded stay in the spool, not in the store: "
+                                    f"{unsafe}", yellow=True)
 
 
 def _hand_over_at_end(spool) -> None:

@@ -202,6 +202,10 @@ class Cassette:
         started = time.monotonic()
         try:
             self._merge(new)
+        except WorkbenchError:  # a refused lock file (WB_LOCK_UNSAFE): kept for the next save too
+            with self._lock:
+                self._new[:0] = new
+            raise
         except OSError as exc:
             with self._lock:
                 self._new[:0] = new
@@ -317,7 +321,7 @@ def _write_played(cassettes: dict[Path, tuple[int, set[int]]]) -> None:
                     _merge_played(resolved, _working_of(resolved, "replay", ".json", work_dir), own, played)
                 except OSError:
                     pass  # the stale check is advisory; replay itself must not fail on it
-    except OSError:
+    except (OSError, WorkbenchError):  # WorkbenchError: a refused lock file (WB_LOCK_UNSAFE)
         pass
 
 

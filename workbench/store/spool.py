@@ -32,6 +32,9 @@ from pathlib import Path
 
 import orjson
 
+from workbench.errors import WorkbenchError
+from workbench.locks import check
+
 log = logging.getLogger("workbench.store")
 
 # records waiting for the spool thread: past this many, the appending thread writes them itself
@@ -274,6 +277,10 @@ class Spool:
             self.spool_dir.mkdir(mode=0o700, exist_ok=True)
             name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.jsonl"
             self._file = self.spool_dir / name
+            try:  # the ingesters this process starts would refuse the lock, with no one to tell
+                check(self.spool_dir / ".ingest.lock")
+            except WorkbenchError as exc:
+                self._fail("ingest", exc)
         return self._file
 
     def flush(self, ingest: bool = True, wait: bool = False) -> None:

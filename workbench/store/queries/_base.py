@@ -333,7 +333,9 @@ def filter_options(con: duckdb.DuckDBPyConnection, limit: int = 500, raw: bool =
 
 def ingest_pending(db: Path, spool_dir: Path | None, wait: bool = False) -> int:
     """Ingest what recorders have spooled (`wait`: behind another process that is ingesting; the
-    dashboard never waits, a command does); never raises."""
+    dashboard never waits, a command does); never raises, but for a command (`wait`) the refused
+    lock file that stops every ingestion (`WB_LOCK_UNSAFE`): its figures would leave out the spooled
+    records with no word of why, run after run."""
     if spool_dir is None:
         return 0
     try:
@@ -341,6 +343,8 @@ def ingest_pending(db: Path, spool_dir: Path | None, wait: bool = False) -> int:
 
         return ingest_spools(Path(db), Path(spool_dir), wait=wait)
     except Exception as exc:  # noqa: BLE001 - reading must not fail because ingestion did
+        if wait and getattr(exc, "code", None) == "WB_LOCK_UNSAFE":
+            raise
         log.warning("could not ingest spools from %s: %s", spool_dir, exc)
         return 0
 
