@@ -4,7 +4,7 @@ lock), so `import workbench`, ingestion and replay run on macOS and Windows as o
 held by an open file, so a process that dies releases it.
 
 A lock file that is not a regular file of this user's (a symbolic link, a folder, a FIFO, another
-user's file) is refused, never followed nor shared: `WB_LOCK_UNSAFE`, naming the file and the fix.
+user's file, unless this user is root) is refused, never followed nor shared: `WB_LOCK_UNSAFE`, naming the file and the fix.
 Another user's file could be held forever to stop ingestion, a link could make us create or lock a
 file elsewhere.
 
@@ -34,14 +34,18 @@ _NO_FLOCK = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK})
 _REFUSED = frozenset({errno.ELOOP, errno.EMLINK, errno.EISDIR, errno.EACCES, errno.EPERM, errno.ENXIO})
 
 
-def _problem(status: os.stat_result) -> str | None:
-    """What makes a lock file (its `lstat`, or `fstat` once open) unsafe to lock; None: nothing."""
+def _problem(status: os.stat_result, uid: int | None = None) -> str | None:
+    """What makes a lock file (its `lstat`, or `fstat` once open) unsafe to lock for the user `uid`
+    (None: this process's); None: nothing. Root takes any user's file: a container that runs as root
+    on a project folder its user made (a bind mount) finds their lock files, and root is held off by
+    nothing another user's file could do."""
     if stat.S_ISLNK(status.st_mode):
         return "is a symbolic link"
     if not stat.S_ISREG(status.st_mode):
         return "is not a regular file (a folder, a FIFO or a device)"
-    if hasattr(os, "getuid") and status.st_uid != os.getuid():
-        return f"belongs to another user (uid {status.st_uid}, this process runs as uid {os.getuid()})"
+    uid = uid if uid is not None else os.getuid() if hasattr(os, "getuid") else None
+    if uid not in (None, 0) and status.st_uid != uid:
+        return f"belongs to another user (uid {status.st_uid}, this process runs as uid {uid})"
     return None
 
 
