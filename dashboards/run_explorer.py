@@ -22,8 +22,10 @@ picker = st.container()  # the run picker, above the figures
 cols = ui.Tiles(5)  # drawn before the read: see Tiles
 data = ui.load_page("run_explorer", filters, run_id=wanted)
 choices = data["choices"]
-if not wanted and choices.height:  # no run asked for: the read was of the latest, the first choice
+if not wanted and choices.height:  # no run asked for: the latest, read now rather than in a rerun of the page
     wanted = st.query_params["run_id"] = choices["run_id"][0]
+    data = ui.load_page("run_explorer", filters, run_id=wanted)
+    choices = data["choices"]
 
 
 def label(row: dict) -> str:

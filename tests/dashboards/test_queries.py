@@ -235,9 +235,6 @@ def test_run_explorer(dashboard_db):
     assert spans.height == 4
     missing = read(dashboard_db, lambda con: q.run_tree(con, "nope"))
     assert missing.is_empty()
-    # opened without a run: the latest (the first choice), in the same read
-    latest = read(dashboard_db, lambda con: q.explorer_page(con, q.Filters()))
-    assert latest["choices"]["run_id"][0] == "R5" and latest["tree"]["run_id"].to_list() == ["R5"]
 
 
 def test_run_spans_are_those_of_its_trace_and_of_the_runs_inside_it(tmp_path):
