@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 import orjson
 import polars as pl
 
-from workbench.insight.verdicts import Judged, Lineage, _Entry
+from workbench.insight.verdicts import CacheEntry, Judged, Lineage
 from workbench.store.queries import insight as q
 
 # states this process wrote, by version; a few hundred lineages (an eval replay is one) at most
@@ -60,7 +60,7 @@ def load(con, lineages: list[str], history) -> dict[str, Lineage]:
         state = Lineage()
         for call in sorted(calls[lineage], key=lambda c: (c.clock, c.started, c.call_id)):
             state.index(call)
-        state.entries = {key: _Entry(alive_until, writer)
+        state.entries = {key: CacheEntry(alive_until, writer)
                          for key, alive_until, writer in orjson.loads(entries.get(lineage) or "[]")}
         state.last = (row["last_clock"], row["last_started"], row["last_call_id"])
         state.ttl_us = row["ttl_us"]

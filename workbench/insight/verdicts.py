@@ -128,7 +128,9 @@ class Judged:
 
 
 @dataclass(slots=True)
-class _Entry:
+class CacheEntry:
+    """A prefix in a lineage's cache: alive until this clock (µs), written by this call."""
+
     alive_until: int
     writer: str
 
@@ -139,7 +141,7 @@ class Lineage:
     (`workbench.insight.carried`): what a later call can still be judged against is kept, the rest
     pruned (`prune`); a dead entry pruned is found again in the store (`expire_older`)."""
 
-    entries: dict[int, _Entry] = field(default_factory=dict)
+    entries: dict[int, CacheEntry] = field(default_factory=dict)
     by_prefix: dict[int, Judged] = field(default_factory=dict)  # prefix hash -> latest call that sent it
     by_block: dict[tuple[int, int], Judged] = field(default_factory=dict)  # (index, region hash) -> latest
     by_lead: dict[str, Judged] = field(default_factory=dict)  # the lead's shape -> latest call
@@ -161,7 +163,7 @@ class Lineage:
             entry = self.entries.get(key)
             if entry is None or entry.alive_until < call.clock:
                 # a new entry; a write after its end of life is a new entry too
-                self.entries[key] = _Entry(call.clock + ttl, call.call_id)
+                self.entries[key] = CacheEntry(call.clock + ttl, call.call_id)
                 call.written.append(key)
             else:
                 entry.alive_until = call.clock + ttl

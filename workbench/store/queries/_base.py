@@ -67,7 +67,7 @@ class _Sql:
             out.append(f"{column} < $date_to")
         return out
 
-    def _days(self) -> list[str]:
+    def day_predicates(self) -> list[str]:
         """The date filters on the rollup's day numbers (whole UTC days: see `rolled_up`)."""
         out = []
         if self.filters.date_from is not None:
@@ -79,7 +79,7 @@ class _Sql:
             out.append("c.day_n <= $day_to")
         return out
 
-    def _call_level(self, model: str = _MODEL) -> list[str]:
+    def call_predicates(self, model: str = _MODEL) -> list[str]:
         f, out = self.filters, []
         for name, values, column in (
             ("providers", f.providers, "c.provider"), ("models", f.models, model),
@@ -112,7 +112,7 @@ class _Sql:
         (`rolled`: read from the per-run rollup, `rollup.RUNS`, instead of the calls)."""
         source, model = ("call_run_rollup", "c.model") if rolled else ("calls", _MODEL)
         return (f"hit_runs(run_id) AS (SELECT DISTINCT c.run_id FROM {source} c WHERE c.run_id IS NOT NULL AND "
-                + " AND ".join(self._call_level(model))
+                + " AND ".join(self.call_predicates(model))
                 + " UNION SELECT r.parent_run_id FROM runs r JOIN hit_runs h ON r.run_id = h.run_id"
                 " WHERE r.parent_run_id IS NOT NULL)")
 
@@ -123,7 +123,7 @@ class _Sql:
         f = self.filters
         ctes = []
         sel, hit = ("_wb_sel_runs", "_wb_hit_runs") if prepared else ("sel_runs", "hit_runs")
-        call_preds = self._dates("c.started_at") + self._call_level()
+        call_preds = self._dates("c.started_at") + self.call_predicates()
         run_preds = self._dates("r.started_at")
         x_preds = self._dates("x.occurred_at")
         if f.run_level:
@@ -261,7 +261,7 @@ def rolled_up(con: duckdb.DuckDBPyConnection, f: Filters) -> bool:
 def _rq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
     """`body` over `fc`: the rollup's rows of the calls `f` selects (each a sum of calls; see `rolled_up`)."""
     built = _Sql(f)
-    preds = built._days() + built._call_level(model="c.model")
+    preds = built.day_predicates() + built.call_predicates(model="c.model")
     head = f"WITH fc AS (SELECT * FROM call_rollup c WHERE {' AND '.join(preds) or 'true'})\n"
     return _frame(con, head + body, {**built.params, **(extra or {})})
 
@@ -280,7 +280,7 @@ def _rrq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str,
     (A page reads them once: its spend cube, which the breakdowns beside it regroup.)"""
     built = _Sql(f)
     prepared, ctes = in_scope(con, f), []
-    preds = built._days() + built._call_level(model="c.model")
+    preds = built.day_predicates() + built.call_predicates(model="c.model")
     if f.run_level:
         if not prepared:
             ctes.append(built._selected_runs())

@@ -132,7 +132,7 @@ def changing_regions(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20
     if not raw and rolled_up(con, f) and scoped(con, f, "changes_whole",
                                                 lambda: rollup.whole(con, rollup.CHANGES)):
         built = _Sql(f)
-        preds = " AND ".join(built._days() + built._call_level(model="c.model") + ["c.changed > 0"])
+        preds = " AND ".join(built.day_predicates() + built.call_predicates(model="c.model") + ["c.changed > 0"])
         return _frame(con, f"""
             WITH groups AS (
                 SELECT coalesce(c.prompt_id, '(no prompt)') AS prompt_id, c.prompt_version, c.model, c.region,
@@ -160,7 +160,7 @@ def write_waste(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False,
     if not raw and rolled_up(con, f) and scoped(con, f, "writes_whole", lambda: all(
             rollup.whole(con, spec) for spec in (rollup.WRITES, rollup.READS))):
         built = _Sql(f)
-        preds = " AND ".join(built._days() + built._call_level(model="c.model")) or "true"
+        preds = " AND ".join(built.day_predicates() + built.call_predicates(model="c.model")) or "true"
         sums = "c.currency, c.expiring, c.writes, c.write_tokens, c.write_micros"
         return _q(con, f, f"""
             , measured AS (

@@ -254,7 +254,7 @@ def _bucketed_latency(con: duckdb.DuckDBPyConnection, f: Filters, by: str, param
     so it is within `rollup.LATENCY_ERROR` of the exact one."""
     names = key_columns(by)
     built = _Sql(replace(f, source="all", date_from=None, date_to=None))
-    rolled_preds, raw_preds = built._call_level(model="c.model"), built._call_level()
+    rolled_preds, raw_preds = built.call_predicates(model="c.model"), built.call_predicates()
     start, end = _full_months(f)
     since = (f.date_from if isinstance(f.date_from, datetime) else datetime.combine(f.date_from, time(), timezone.utc)
              ) if f.date_from is not None else None
