@@ -27,7 +27,7 @@ from workbench.store import rollup
 from workbench.store.copy import copy_store
 from workbench.store.db import open_store
 from workbench.store.ingest import ArrowStream, commit_frames, ingest_spools, write_rows
-from workbench.store.ingest import _frame as ingest_frame
+from workbench.store.frames import table_frame as ingest_frame
 from workbench.store.queries._base import _frame, _Sql, rolled_up, runs_rolled_up, scope
 from workbench.store.queries import ledger
 from workbench.store.queries.ledger import LATENCY

@@ -81,7 +81,8 @@ def test_running_then_ok_in_one_batch_keeps_the_last(tmp_path):
 def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
     """A batch is parsed natively by polars; the checked line-by-line parse (a torn line's or a bad
     record's path) must agree."""
-    from workbench.store.ingest import _checked_records, _Chunk, _frames_fast, _frames_of, _schemas
+    from workbench.store.frames import parse_frames, record_schemas
+    from workbench.store.ingest import _checked_records, _Chunk, _frames_of
 
     spool = Spool(tmp_path / "wb.duckdb", tmp_path / "spool", flush_interval_s=3600)
     tricky = 'naïve "quotes", a \\ backslash, {"kind":"run","row":{}} and ","row": inside, 😀'
@@ -94,8 +95,8 @@ def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
     spool.flush(ingest=False)
     data = next((tmp_path / "spool").glob("*.jsonl")).read_bytes()
     with open_store(tmp_path / "wb.duckdb") as con:
-        schemas = _schemas(con)
-        fast = _frames_fast(data, schemas)
+        schemas = record_schemas(con)
+        fast = parse_frames(data, schemas)
         records, quarantined = _checked_records([_Chunk("f.jsonl", 0, data)], schemas)
         slow = _frames_of(con, records)
     assert quarantined == []
@@ -108,7 +109,7 @@ def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
 def test_the_orjson_parse_gives_the_frames_of_polars_reader(tmp_path):
     """A batch's columns are built by polars from orjson's parse; polars' NDJSON reader (what a batch
     of odd values falls back to) must give the same frames, types and all."""
-    from workbench.store.ingest import _frames_orjson, _frames_polars, _schemas
+    from workbench.store.frames import _frames_orjson, _frames_polars, record_schemas
 
     tricky = 'naïve "quotes", a \\ backslash, {"kind":"run","row":{}} and 😀'
     data = b"".join([
@@ -122,7 +123,7 @@ def test_the_orjson_parse_gives_the_frames_of_polars_reader(tmp_path):
         _line("span", {"span_id": "s1", "trace_id": "t1", "name": "chat", "attributes": '{"a": 1}'}),
     ])
     with open_store(tmp_path / "wb.duckdb") as con:
-        schemas = _schemas(con)
+        schemas = record_schemas(con)
     parsed, native = _frames_orjson(data, schemas), _frames_polars(data, schemas)
     assert parsed is not None and set(parsed) == set(native) == {"call", "call_body", "call_prefix", "run", "span"}
     for kind in native:
@@ -133,12 +134,12 @@ def test_the_orjson_parse_gives_the_frames_of_polars_reader(tmp_path):
 def test_a_value_not_of_its_columns_type_goes_in_as_polars_reader_takes_it(tmp_path):
     """A number in a text column is not the orjson parse's to judge: the batch is read as before (polars turns
     it into its text), and a float in an integer column is quarantined, never truncated."""
-    from workbench.store.ingest import _frames_orjson, _schemas
+    from workbench.store.frames import _frames_orjson, record_schemas
 
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     spool.mkdir()
     with open_store(db) as con:
-        assert _frames_orjson(_call("c1", model_served=7), _schemas(con)) is None
+        assert _frames_orjson(_call("c1", model_served=7), record_schemas(con)) is None
     (spool / DEAD).write_bytes(_call("c1", model_served=7))
     ingest_spools(db, spool)
     (spool / DEAD).write_bytes(_call("c2", input_tokens=1.5) + _call("c3"))

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.store.db import open_store
-from workbench.store.ingest import _frames_fast, _schemas, ingest_spools
+from workbench.store.frames import parse_frames, record_schemas
+from workbench.store.ingest import ingest_spools
 
 PINNED = json.loads((Path(__file__).parent / "odd_values.json").read_text())
 PLAIN = {"call": '{"kind":"call","row":{"call_id":"c0","input_tokens":3,"tool_names":["a"],"settled":true}}',
@@ -35,7 +36,7 @@ def _batch(case: str) -> bytes:
 @pytest.fixture(scope="module")
 def schemas(tmp_path_factory):
     with open_store(tmp_path_factory.mktemp("odd") / "wb.duckdb") as con:
-        return _schemas(con)
+        return record_schemas(con)
 
 
 def test_every_kind_of_column_meets_every_odd_value():
@@ -49,7 +50,7 @@ def test_every_kind_of_column_meets_every_odd_value():
 def test_the_parse_of_an_odd_value_is_what_it_always_was(case, schemas):
     kind, column = case.split("=", 1)[0].split(".")
     try:
-        frames = _frames_fast(_batch(case), schemas)
+        frames = parse_frames(_batch(case), schemas)
     except Exception as exc:  # noqa: BLE001 - which refusal is part of what is pinned
         got = f"raises {type(exc).__name__}"
     else:
@@ -125,7 +126,7 @@ def test_a_list_column_is_parsed_as_polars_builds_it_from_the_lists(kind_name, v
     the lists themselves, row by row, or refuses as it does."""
     import polars as pl
 
-    from workbench.store.ingest import _typed_frame
+    from workbench.store.frames import _typed_frame
 
     kind = {"List(Int64)": pl.List(pl.Int64), "List(Int32)": pl.List(pl.Int32), "List(String)": pl.List(pl.Utf8)}[kind_name]
     try:
@@ -145,7 +146,7 @@ def test_a_list_column_from_one_json_text_is_the_one_polars_builds_row_by_row(ki
     builds from the lists themselves."""
     import polars as pl
 
-    from workbench.store.ingest import list_series
+    from workbench.store.frames import list_series
 
     kind = {"List(Int64)": pl.List(pl.Int64), "List(Int32)": pl.List(pl.Int32), "List(String)": pl.List(pl.Utf8)}[kind_name]
     plain = int if kind.inner != pl.Utf8 else str

@@ -27,7 +27,7 @@ from workbench.insight.prefix import row as prefix_row
 from workbench.insight.verdicts import (CHANGED, COLD, Judged, Lineage, expire_older, minimum_tokens, older_wanted,
                                         order, price_write)
 from workbench.models import ModelSpec
-from workbench.store.ingest import list_series
+from workbench.store.frames import list_series
 from workbench.store.queries import insight as q
 
 _ALIKE = 0.9  # a changed lead region across conversations counts when this much of its text is unchanged

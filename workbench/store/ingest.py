@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import duckdb
-import orjson
 import polars as pl
 
 from workbench.config import is_lake, spool_dir_of
@@ -30,6 +29,7 @@ from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
 from workbench.store import lake, rollup
 from workbench.store.db import is_lock_error, open_store
+from workbench.store.frames import parse_frames, record_schemas, table_frame
 from workbench.store.records import TABLES
 
 # spool bytes per transaction: bounds memory (about 10x this at the peak) and the work a killed
@@ -45,15 +45,6 @@ QUARANTINE_TEXT_CAP = 65536
 INGEST_MEMORY_LIMIT = "64MB"
 MEMORY_RAISES = 2
 
-_POLARS_TYPES = {
-    "VARCHAR": pl.Utf8, "BIGINT": pl.Int64, "INTEGER": pl.Int32, "BOOLEAN": pl.Boolean,
-    "VARCHAR[]": pl.List(pl.Utf8), "TIMESTAMP WITH TIME ZONE": pl.Utf8, "DOUBLE": pl.Float64,
-    "BIGINT[]": pl.List(pl.Int64), "INTEGER[]": pl.List(pl.Int32),
-}
-# what polars infers from parsed JSON that converts exactly into a column of another type
-_WIDENS = {pl.Int32: (pl.Int64,), pl.Float64: (pl.Int64,), pl.List(pl.Int32): (pl.List(pl.Int64),)}
-# the Python type of a list column's plain items, as parsed JSON gives them
-_ITEM_TYPES = {pl.Utf8: str, pl.Int64: int, pl.Int32: int}
 log = logging.getLogger("workbench.store")
 # Derived data (cache verdicts, inferred compactions) is computed from each batch before it is
 # written, by the insight layer, which comes after the store in the import order: the store names
@@ -119,124 +110,6 @@ def _before_last_call(data: bytes, end: int) -> int:
     if match and match.group(1) == b"call_prefix":
         cut = line_before  # the prefix line right before it
     return cut if cut > 0 else end
-
-
-def _schemas(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, pl.DataType]]:
-    """Every record table's columns, as polars types, in one query."""
-    tables = {table for table, _, _ in TABLES.values()}
-    schemas: dict[str, dict[str, pl.DataType]] = {table: {} for table in tables}
-    # DuckDB's own catalog function, not `information_schema.columns` (a view of it that costs a batch
-    # of a few hundred calls ~5 ms more to plan): the same rows
-    for table, name, kind in con.execute(
-        "SELECT table_name, column_name, data_type FROM duckdb_columns() "
-        "WHERE schema_name = 'main' ORDER BY table_name, column_index"
-    ).fetchall():
-        if table in schemas:
-            schemas[table][name] = _POLARS_TYPES.get(kind, pl.Utf8)
-    return schemas
-
-
-def _frames_fast(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame]:
-    """Every kind's rows as a frame, parsed in native code (not a Python loop per value). Raises on
-    anything unusual (a torn line, a value of another type); the caller then falls back to the
-    line-by-line parse."""
-    try:
-        frames = _frames_orjson(data, schemas)
-    except (ValueError, TypeError, KeyError, AttributeError, pl.exceptions.PolarsError):
-        frames = None  # polars' reader decides, as it always has
-    return _frames_polars(data, schemas) if frames is None else frames
-
-
-def _frames_orjson(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame] | None:
-    """Each line parsed by orjson, each column built by polars from the parsed values: about half the
-    CPU of polars' NDJSON reader on a batch of calls (which parses every line into a struct of every
-    table's columns). None when a column's values are not plainly of its type (an int in a text
-    column): polars' reader then takes the batch, so such a batch goes in as it always did."""
-    rows: dict[str, list] = defaultdict(list)
-    for line in data.splitlines():
-        if line.strip():
-            record = orjson.loads(line)
-            rows[record["kind"]].append(record["row"])
-    frames = {}
-    for kind, kind_rows in rows.items():
-        if kind not in TABLES:
-            return None
-        frame = _typed_frame(kind_rows, schemas[TABLES[kind][0]])
-        if frame is None:
-            return None
-        frames[kind] = frame
-    return frames
-
-
-def _typed_frame(rows: list[dict], schema: dict[str, pl.DataType]) -> pl.DataFrame | None:
-    """The rows as a frame of the table's columns when polars infers each column as its type, as one
-    that converts to it exactly (a strict cast: an int32 out of range raises), or as null; None
-    otherwise."""
-    columns = []
-    for (name, kind), values in zip(schema.items(), _columns(rows, schema)):
-        column = _plain_list_column(name, values, kind) if isinstance(kind, pl.List) else None
-        if column is None:
-            column = pl.Series(name, values, strict=True)
-            if column.dtype != kind:
-                if not (column.dtype in _WIDENS.get(kind, ()) or column.dtype == pl.Null
-                        or column.dtype == pl.List(pl.Null) and isinstance(kind, pl.List)):
-                    return None
-                column = column.cast(kind, strict=True)
-        columns.append(column)
-    return pl.DataFrame(columns)
-
-
-def _columns(rows: list[dict], names) -> list[list]:
-    """Each named column's values, None where a row has no such key: transposed in one pass when
-    every row has the same keys in the same order (a recorder's rows do), else row by row."""
-    keys = list(rows[0])
-    if not all(list(row) == keys for row in rows):
-        return [[row.get(name) for row in rows] for name in names]
-    by_name = dict(zip(keys, map(list, zip(*[row.values() for row in rows]))))
-    missing = [None] * len(rows)
-    return [by_name.get(name, missing) for name in names]
-
-
-def _plain_list_column(name: str, values: list, kind: pl.List) -> pl.Series | None:
-    """A list column whose rows are lists (or nulls) of plain items of its inner type (ints, texts;
-    nulls), built from the items' one series and the rows' JSON text, decoded natively: polars
-    builds a series per row from the lists themselves, most of a prefix batch's parse. None for any
-    other column, which is built as before: the same frame, or the same refusal, either way."""
-    if not all(value is None or type(value) is list for value in values):
-        return None
-    items = [item for value in values if value is not None for item in value]
-    if not all(item is None or type(item) is _ITEM_TYPES[kind.inner] for item in items):
-        return None
-    items = pl.Series(items, strict=True)
-    if items.dtype != kind.inner:
-        if not (items.dtype in _WIDENS.get(kind.inner, ()) or items.dtype == pl.Null):
-            return None
-        items = items.cast(kind.inner, strict=True)  # raises for an item out of the inner type's range
-    return list_series(name, values, kind)
-
-
-def list_series(name: str, values: list[list | None], kind: pl.List) -> pl.Series:
-    """A list column from rows of plain items of its inner type (nulls too): the whole column as
-    one JSON text, decoded natively into a one-row list of lists that is then exploded (polars
-    builds a series per row from the lists themselves; a text per row was still ~a third of that)."""
-    if not values:
-        return pl.Series(name, [], dtype=kind)
-    return pl.Series(name, [orjson.dumps(values).decode()], dtype=pl.Utf8).str.json_decode(pl.List(kind)).explode()
-
-
-def _frames_polars(data: bytes, schemas: dict[str, dict[str, pl.DataType]]) -> dict[str, pl.DataFrame]:
-    """The batch parsed by polars' NDJSON reader (it turns a number or an object in a text column
-    into its text, as ingestion always has)."""
-    fields: dict[str, pl.DataType] = {}
-    for schema in schemas.values():
-        fields.update(schema)
-    frame = pl.read_ndjson(data, schema={"kind": pl.Utf8, "row": pl.Struct(fields)})
-    frames = {}
-    for (kind,), rows in frame.partition_by("kind", as_dict=True, maintain_order=True).items():
-        if kind not in TABLES:
-            raise ValueError(f"unknown record kind {kind!r}")
-        frames[kind] = rows.get_column("row").struct.unnest().select(list(schemas[TABLES[kind][0]]))
-    return frames
 
 
 def _derived(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]
@@ -306,19 +179,10 @@ def _torn_tail_only(path: Path, offset: int) -> bool:
         return False
 
 
-def _frame(con: duckdb.DuckDBPyConnection, table: str, rows: list[dict]) -> pl.DataFrame:
-    columns = con.execute(
-        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-        [table],
-    ).fetchall()
-    schema = {name: _POLARS_TYPES.get(kind, pl.Utf8) for name, kind in columns}
-    return pl.DataFrame([{name: row.get(name) for name in schema} for row in rows], schema=schema, strict=False)
-
-
 def write_rows(con: duckdb.DuckDBPyConnection, kind: str, rows: list[dict]) -> int:
     """Insert `rows` of one record kind in one transaction (calls with the rollup: `rollup.add_calls`);
     existing keys are kept or replaced."""
-    return commit_frames(con, {kind: _frame(con, TABLES[kind][0], rows)}, {}, [], known_new=False)
+    return commit_frames(con, {kind: table_frame(con, TABLES[kind][0], rows)}, {}, [], known_new=False)
 
 
 class ArrowStream:
@@ -606,7 +470,7 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
 
         def commit() -> int:  # the batch (its tables' columns read once per ingest)
             nonlocal schemas
-            schemas = schemas or _schemas(con)
+            schemas = schemas or record_schemas(con)
             return _commit_batch(con, chunks, moved, finished, torn, schemas)
 
         while True:
@@ -663,7 +527,7 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, chunks: list[_Chunk], moved: d
                                    chunk.data) for chunk in torn]
     data = b"".join(chunk.data for chunk in chunks)
     try:
-        frames = _frames_fast(data, schemas) if data else {}
+        frames = parse_frames(data, schemas) if data else {}
         return _commit_any(con, frames, moved, finished, quarantined, schemas)
     except Exception as exc:  # noqa: BLE001 - an odd value, a torn line, a refused record: look closer
         if _store_problem(exc):
@@ -779,7 +643,7 @@ def _frames_of(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]])
     by_kind: dict[str, list[dict]] = defaultdict(list)
     for record, _ in records:
         by_kind[record["kind"]].append(record["row"])
-    return {kind: _frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()}
+    return {kind: table_frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()}
 
 
 def _isolate(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]]) -> tuple[int, list[dict]]:
