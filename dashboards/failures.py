@@ -31,7 +31,7 @@ st.caption(
        f"{ui.money(totals['replayed_cost_micros'], 'USD', totals['replayed_unpriced_calls'])}."
        if totals["replayed_calls"] else "")
 )
-data = ui.load_page("failures", filters)
+data = ui.load("failures_tables", filters)
 ui.filter_sidebar(filters)
 
 left, right = st.columns(2)

@@ -274,7 +274,8 @@ def test_the_overview_headline_and_tables_are_the_whole_page(dashboard_db):
 
 
 @pytest.mark.parametrize("page, headline, tables", [
-    ("prompt_cache", "cache_headline", "cache_tables"), ("compaction", "compaction_totals", "compaction_tables")])
+    ("prompt_cache", "cache_headline", "cache_tables"), ("compaction", "compaction_totals", "compaction_tables"),
+    ("failures", "failure_totals", "failures_tables")])
 def test_the_cache_and_compaction_headlines_and_tables_are_the_whole_page(dashboard_db, page, headline, tables):
     """Each page paints its headline figures from one read before its tables are read: together
     they are exactly what the page reads in one."""

@@ -101,9 +101,17 @@ def compaction_tables(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, p
 
 
 def failures_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    """The Failures page's data: its headline (`failure_totals`) and its tables (`failures_tables`)."""
     with scope(con, f):
-        return {"totals": failure_totals(con, f), "runs": failed_runs(con, f),
-                "by_error": failures_by(con, f, "error_code"), "by_prompt": failures_by(con, f, "prompt")}
+        return {"totals": failure_totals(con, f), **failures_tables(con, f)}
+
+
+def failures_tables(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
+    """The failed runs and their cost by error code and by prompt: read after the page's headline,
+    without reading its totals again."""
+    with scope(con, f):
+        return {"runs": failed_runs(con, f), "by_error": failures_by(con, f, "error_code"),
+                "by_prompt": failures_by(con, f, "prompt")}
 
 
 def evals_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataFrame]:
@@ -136,7 +144,7 @@ __all__ = [
     "call_verdicts", "changing_regions", "compaction_events", "compaction_sources", "miss_reasons", "run_turn_events",
     "write_waste", "compaction_top_runs", "compaction_totals", "compactions_by_day", "currency_totals", "day_totals",
     "eval_cases", "eval_matrices", "eval_matrix", "eval_matrix_case", "eval_matrix_case_ids",
-    "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "filter_options",
+    "eval_history", "evals_available", "failed_runs", "failure_totals", "failures_by", "failures_tables", "filter_options",
     "has_tables", "ingest_pending", "key_columns", "latency_rolled_up", "model_prices", "model_totals", "outside_runs_spend", "overview_headline", "overview_tables", "prompt_totals", "read", "rollup",
     "run_calls", "run_choices", "run_sets", "run_compactions", "run_detail", "run_exchanges", "run_spans", "run_totals",
     "prompt_runs_for_cases", "quarantined_records", "resume_answers", "resume_savings", "run_tree", "scope", "spend_by", "tag_keys", "spend_by_currency", "spend_by_day", "spend_by_model", "spend_by_prompt", "spend_cube",
