@@ -56,6 +56,7 @@ def one(root: Path, tree: str) -> dict:
         raise SystemExit(f"workbench eval failed:\n{errors.decode(errors='replace')[-2000:]}")
     return {"wall": wall, "own_cpu": own[0], "stored": stored, "after_exit_s": stored - wall,
             "after_exit_ingest_cpu": sum(cpu - at_exit.get(pid, 0.0) for pid, cpu in ingester_cpu.items()),
+            "ingest_cpu": sum(ingester_cpu.values()),
             "ingesters": len(ingester_cpu), "load": os.getloadavg()[0]}
 
 
@@ -92,6 +93,7 @@ def main() -> None:
 
         print(f"{name}: wall {best_median('wall')} | own CPU {best_median('own_cpu')} | stored {best_median('stored')} "
               f"| after exit {best_median('after_exit_s')} | ingest CPU after exit {best_median('after_exit_ingest_cpu')} "
+              f"| ingest CPU in all {best_median('ingest_cpu')} "
               f"| loads {[round(run['load'], 1) for run in runs]}")
 
 

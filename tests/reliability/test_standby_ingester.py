@@ -161,3 +161,56 @@ def test_a_drain_that_did_not_happen_leaves_its_file_to_the_end(tmp_path, fake_u
     ingesters_until_none(db)
     assert sorted(spool_dir_of(db).glob("*.jsonl")) == []
     assert_every_call_stored_once(db, 12)
+
+
+# A drain before the file fills: once the standby has stored every file it was given, the next is
+# handed over at DRAIN_IDLE_AFTER_BYTES (here any write), and never while it still has one.
+IDLE_DRAIN_APP = r"""
+import sys, time
+import workbench
+from workbench.capture import recorder
+from workbench.locks import hold
+from workbench.store import spool as spool_module
+url, calls = sys.argv[1], int(sys.argv[2])
+spool_module.DRAIN_IDLE_AFTER_BYTES = 1
+spool = recorder().spool
+spool.stand_by()
+print(spool._standby.pid, flush=True)
+client = workbench.http_client()
+
+def call(index):
+    client.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
+
+def until(test, what):
+    deadline = time.monotonic() + 60
+    while not test():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"never {what}")
+        time.sleep(0.02)
+
+call(0)
+until(lambda: spool._drained and not spool._drained[0].exists(), "drained and stored the first file before it filled")
+# the ingest lock, once the standby lets it go (it keeps it a grace time for the next word): the
+# standby cannot store the second file, and keeps it
+held = []
+until(lambda: held.append(hold(spool.spool_dir / ".ingest.lock")) or held[-1] is not None, "took the ingest lock")
+call(1)
+until(lambda: len(spool._drained) == 2, "drained the second file")
+for index in range(2, calls):
+    call(index)
+until(lambda: spool._file_bytes > 0, "wrote the later calls")
+time.sleep(0.5)  # ten more of the spool thread's rounds
+print("drains", len(spool._drained), flush=True)
+held[-1].release()
+"""
+
+
+def test_an_idle_standby_is_handed_the_file_before_it_fills_and_a_busy_one_no_second(tmp_path, fake_url):
+    db = tmp_path / ".workbench" / "wb.duckdb"
+    result = run_python(IDLE_DRAIN_APP, fake_url, "6", cwd=tmp_path,
+                        env={"WORKBENCH_DB": str(db), "WORKBENCH_FLUSH_INTERVAL_S": "0.05"})
+    assert result.returncode == 0, result.stderr
+    assert "drains 2" in result.stdout  # the second file, still kept, held back every later one
+    assert ingesters_until_none(db) <= {int(result.stdout.split()[0])}
+    assert sorted(spool_dir_of(db).glob("*.jsonl")) == []  # the end named the kept file: stored, removed
+    assert_every_call_stored_once(db, 6)

@@ -323,6 +323,31 @@ def test_a_standing_by_ingester_drains_on_a_new_connection_after_one_was_invalid
     assert not list(spool.glob("*.jsonl"))
 
 
+def test_a_standing_by_ingesters_end_ingests_on_the_store_its_last_drain_left_open(tmp_path, monkeypatch):
+    """The end's word right after a drain: every spool (the end's files, another process's) ingested
+    on the connection the drain opened, not after a close and an open of its own."""
+    import os
+
+    from workbench.store import ingest
+
+    opened = []
+    monkeypatch.setattr(ingest, "open_store", lambda *args, **kwargs: opened.append(args) or open_store(*args, **kwargs))
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    spool.mkdir()
+    drained, last = (spool / f"{socket.gethostname()}-99999999{n}-0badf00d.jsonl" for n in (7, 8))
+    drained.write_bytes(_call("drained"))
+    last.write_bytes(_call("last"))
+    (spool / DEAD).write_bytes(_call("other"))
+    read, write = os.pipe()
+    os.write(write, f"drain {drained.name}\ningest {drained.name} {last.name}\n".encode())
+    os.close(write)
+    ingest.ingest_spools_when_told(db, spool, read)
+    os.close(read)
+    assert len(opened) == 1
+    assert _rows(db, "SELECT call_id FROM calls ORDER BY call_id") == [("drained",), ("last",), ("other",)]
+    assert not list(spool.glob("*.jsonl"))
+
+
 def test_an_ingest_inside_an_apps_process_leaves_duckdbs_memory_alone(tmp_path, caplog, monkeypatch):
     """The limit is the database instance's: a dashboard or an app ingesting before it reads shares
     that instance with its own queries, which the ingester's limit must not starve."""

@@ -288,6 +288,15 @@ def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None
                         con = None
                     break
                 continue
+            if verb == "ingest" and con is not None:
+                # the store still open from a drain: the end's ingest on it, not after a close (a
+                # checkpoint) and an open of its own
+                try:
+                    spools = sorted(Path(spool_dir).glob("*.jsonl")) + _legacy_spools(Path(db_path), Path(spool_dir))
+                    _ingest_files(con, spools, frozenset(names), True, raised)
+                    return
+                except _Invalidated:  # on a new connection, as any ingester
+                    pass
             held.close()
             con = None
             if verb == "ingest":
@@ -357,12 +366,7 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
             while True:
                 try:
                     with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
-                        limited = own_process and _limit_memory(con, raised)
-                        try:
-                            return _ingest(con, files, closed, limited, raised)[0]
-                        finally:
-                            if limited:  # the instance may be shared with another of this process's connections
-                                _reset_memory(con)
+                        return _ingest_files(con, files, closed, own_process, raised)
                 except _Invalidated as exc:  # a new connection, with the memory the batch needs
                     raised = exc.raised
         except WorkbenchError as exc:
@@ -373,6 +377,17 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
             if not wait and is_lock_error(exc):
                 return None
             raise
+
+
+def _ingest_files(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str], own_process: bool,
+                  raised: int) -> int:
+    """`_ingest` on a store held with the ingest lock, within the memory limit when `own_process`."""
+    limited = own_process and _limit_memory(con, raised)
+    try:
+        return _ingest(con, files, closed, limited, raised)[0]
+    finally:
+        if limited:  # the instance may be shared with another of this process's connections
+            _reset_memory(con)
 
 
 @dataclass
