@@ -205,8 +205,9 @@ class Spool:
         most of what it costs for a small batch) runs while the process works, not after it ends.
         Meanwhile it drains this process's file each time DRAIN_AFTER_BYTES are in it, or
         DRAIN_IDLE_AFTER_BYTES once it stored the last (closed, and recording goes on into the
-        next), the one ingester of a long recording; the exit hands it the last. A process that dies first (killed) or has nothing to ingest sends it no end: it
-        leaves, what it drained stored, and the spool keeps the rest for the next ingestion."""
+        next), the one ingester of a long recording; the exit hands it the last. A process that dies
+        first (killed) or has nothing to ingest sends it no end: it leaves, what it drained stored,
+        and the spool keeps the rest for the next ingestion."""
         if self._standby is not None:
             return
         try:
