@@ -63,6 +63,23 @@ def test_every_corpus_cassette_streams_to_the_same_recordings_and_meta(tmp_path)
             assert json.loads(data[start:end])["request"]["uri"] == whole[index].request.uri
 
 
+def test_a_parsed_body_with_an_integer_past_64_bits_streams_to_the_same_recording(tmp_path):
+    """pydantic-ai's cassettes hold bodies as JSON mappings: an integer past 64 bits in one is served
+    as written, streamed or read whole (orjson would read it as a float, without an error)."""
+    big = [2**64 + 1, -(2**63) - 1]
+    document = {"interactions": [{
+        "request": {"method": "POST", "uri": URL, "headers": {"content-type": ["application/json"]},
+                    "parsed_body": {"model": "wbt-gpt", "seed": big[0]}},
+        "response": {"status": {"code": 200, "message": "OK"}, "headers": {"content-type": ["application/json"]},
+                     "parsed_body": {"id": "x", "values": big}},
+    }]}
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(document))
+    whole = load_cassette(path)
+    assert json.loads(whole[0].response.body)["values"] == big
+    assert list(StreamedInteractions(path, scrub)) == [scrub(interaction) for interaction in whole]
+
+
 def _send(path, mode, provider, *texts):
     client = workbench.http_client(cassette=path, mode=mode, transport=FakeTransport(provider))
     answers = [client.post(URL, json={"model": "wbt-gpt", "messages": [{"role": "user", "content": text}]}).json()
