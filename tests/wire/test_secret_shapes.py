@@ -108,3 +108,17 @@ def test_a_base64_blob_keeps_every_character(alphabet):
     assert literals >= (5 if alphabet == "url-safe" else 0)
     text = '{"data": "' + blob + '"}'
     assert redact.mask_secrets(text) == text
+
+
+@pytest.mark.parametrize("name", ["JSESSIONID", "apikeyvalue", "x-apikeyid", "myapikeyheader", "accesstokenvalue",
+                                  "clientsecretvalue", "x-refreshtoken-v2", "userpasswordhash", "awsaccesskeyid"])
+def test_a_credential_word_glued_inside_a_name_makes_it_secret(name):
+    assert redact.is_secret_header(name) and redact.is_secret_query(name)
+    url = redact.redact_url(f"https://api.example.test/v1?{name}=cnryGluedName42&page=2")
+    assert "cnryGluedName42" not in url and "page=2" in url
+
+
+@pytest.mark.parametrize("name", ["keyword", "keywords", "max_tokens", "x-request-id", "x-ratelimit-remaining-tokens",
+                                  "anthropic-ratelimit-tokens-remaining", "openai-processing-ms", "page"])
+def test_names_without_a_credential_word_are_kept(name):
+    assert not redact.is_secret_header(name) and not redact.is_secret_query(name)

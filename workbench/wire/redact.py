@@ -35,6 +35,9 @@ _CREDENTIAL_END = re.compile(
     r"(key|token|secret|signature|sig|password|passwd|pwd|auth|jwt|bearer|credentials?|cookie|session|sessid)$"
 )
 _CREDENTIAL_START = ("auth", "secret", "token", "session", "passw", "credential", "bearer", "jwt", "cookie")
+# ... and these anywhere in them ("apikeyvalue", "JSESSIONID", "clientsecretvalue"): no other word holds them
+_CREDENTIAL_INSIDE = re.compile(
+    "apikey|secret|passw|credential|sessionid|sessid|accesstoken|authtoken|refreshtoken|accesskey|privatekey")
 # query parameters only: an OAuth authorization code travels as `code`
 _QUERY_ONLY_WORDS = frozenset({"code"})
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
@@ -50,7 +53,8 @@ def _credential_name(name: str, extra: frozenset[str] = frozenset()) -> bool:
     if any(word in _CREDENTIAL_WORDS or word in extra for word in words):
         return True
     compact = "".join(words)
-    return bool(_CREDENTIAL_END.search(compact)) or compact.startswith(_CREDENTIAL_START)
+    return (bool(_CREDENTIAL_END.search(compact)) or compact.startswith(_CREDENTIAL_START)
+            or _CREDENTIAL_INSIDE.search(compact) is not None)
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of a name, and names repeat on every call and recording
@@ -145,10 +149,9 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
                      r"(?i:bearer)\s+(?!\[redacted\])(?=[A-Za-z._~+/\-]*[0-9])([A-Za-z0-9._~+/\-]{12,}=*)", ()),
     "organization id": (("org-",), r"org-[A-Za-z0-9]{16,}\b", ()),
     "project id": (("proj_",), r"proj_[A-Za-z0-9]{16,}\b", ()),
-    # glued names: JSESSIONID, PHPSESSID, ASP.NET_SessionId; `laravel_session=` by its random value
-    "session cookie": (("session", "sessid=", "sid=", "__cf_bm=", "_cfuvid="),
-                       r"(?i:__cf_bm|_cfuvid|session(?:id)?|sessid|sid)=(?!\[redacted\])([^;\s\"'&]{8,})",
-                       ("sessionid=", "sessid=")),
+    # glued names: JSESSIONID, ASP.NET_SessionId; PHPSESSID, `laravel_session=` by their random values
+    "session cookie": (("session", "sid=", "__cf_bm=", "_cfuvid="),
+                       r"(?i:__cf_bm|_cfuvid|session(?:id)?|sid)=(?!\[redacted\])([^;\s\"'&]{8,})", ("sessionid=",)),
 }
 # compiled at their literal's first hit, not at import: a clean body never reaches them, and the twenty
 # compiles were 12 M instructions of every process that records (0.2% of a 100-test pytest session)
