@@ -4,11 +4,14 @@ the recorder would have scrubbed.
 
 - Headers and query parameters are secret by NAME: any name with a word that carries a credential
   (auth, token, key, secret, password, cookie, session, signature, credential, jwt, bearer, an
-  organization or project id; `code` for query parameters, the OAuth code). Their values go.
+  organization or project id; `code` for query parameters, the OAuth code), whole or glued into
+  another (`apikeyvalue`, `JSESSIONID`). Their values go.
 - URL user-info (`https://user:pass@host`) goes whole.
 - Bodies and free text are secret by SHAPE: the key formats of the LLM providers (OpenAI, Anthropic,
   OpenRouter, Groq, xAI, Hugging Face, Google), AWS, GitHub, Slack, Stripe, JWTs, bearer tokens
-  and private key blocks are masked wherever they appear (a key pasted into a prompt).
+  and private key blocks are masked wherever they appear (a key pasted into a prompt), glued to a
+  word too (`OPENAI_API_KEYsk-…`, `prod-sk-proj-…`) when it starts as only keys do or looks random;
+  words and ids that hold a shape's start (`task-…`, `desk-<hex>`) and base64 blobs stay whole.
 - What a request sent as a credential (a header's or query parameter's value) is masked wherever it
   comes back, whatever its shape: a provider echoing the key in its 401 body.
 """
