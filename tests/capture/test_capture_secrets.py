@@ -79,3 +79,25 @@ def test_canary_key_is_never_stored_nor_logged(store, fake_provider, fake_url, c
     ours = [record.getMessage() + str(record.exc_info or "") for record in caplog.records
             if record.name.startswith("workbench")]
     assert not any(CANARY in text for text in ours)
+
+
+def test_a_key_glued_to_a_word_in_a_run_name_a_tag_or_a_prompt_is_never_kept(store, fake_url, tmp_path, caplog):
+    """`prod-sk-proj-…` as a run name, `env_sk-…` as a tag's key, `OPENAI_API_KEYsk-…` as its value and
+    a prompt's `token` + `ghp_…`: none of them anywhere under the store, in the cassette or in a log."""
+    caplog.set_level(logging.DEBUG)
+    tail = "Xq3vT7bN" + "w9LkZp2R" + "yF4hJ6sD" + "8gA1cV5m" + "Q0eU3iO7"  # the keys' shared part, from pieces
+    cassette = tmp_path / "glued.json"
+    with workbench.run("prod-sk-proj-" + tail, **{"env_sk-" + tail[:24]: "OPENAI_API_KEY" + "sk-" + tail}):
+        client = openai.OpenAI(base_url=fake_url + "/v1", api_key="placeholder", max_retries=0,
+                               http_client=workbench.http_client(cassette=cassette, mode="record"))
+        client.chat.completions.create(model="wbt-gpt", messages=[
+            {"role": "user", "content": "my token" + "ghp_" + tail[:36] + " and key:\nsk-" + tail}])
+    assert len(store.calls()) == 1
+    run = store.one("SELECT name, tags FROM runs")
+    assert run["name"] == "prod-[redacted]" and "env_[redacted]" in run["tags"] and "OPENAI_API_KEY[redacted]" in run["tags"]
+    files = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert cassette in files and store.path in files
+    for path in files:
+        assert tail[8:24].encode() not in path.read_bytes(), path
+    ours = [record.getMessage() for record in caplog.records if record.name.startswith("workbench")]
+    assert not any(tail[8:24] in text for text in ours)

@@ -1,8 +1,14 @@
-"""Every secret shape of `workbench.wire.redact` masks a sample of its own. The patterns are compiled
-at their literal's first hit, not at import, so a broken one would show only when a secret of its
-shape arrives: each is made to mask one here."""
+"""Every secret shape of `workbench.wire.redact` masks a sample of its own, at a word's edge and glued
+to a word (`OPENAI_API_KEYsk-…`, `prod-sk-proj-…`), while words and ids that hold a shape's literal
+(`task-…`, `desk-…`, `possession=`) and base64 blobs stay whole. The patterns are compiled at their
+literal's first hit, not at import, so a broken one would show only when a secret of its shape
+arrives: each is made to mask one here. Keys are built from pieces: none stands whole in this file."""
 
 from __future__ import annotations
+
+import base64
+import random
+import uuid
 
 import pytest
 
@@ -20,7 +26,7 @@ SHAPE_SAMPLES = {
     "AWS secret access key": 'aws_secret_access_key = "' + "I9" * 20 + '"',
     "GitHub token": "ghp_" + "J0" * 18,
     "GitLab token": "glpat-" + "K1" * 11,
-    "Slack token": "xoxb-" + "1234567890ab",
+    "Slack token": "xoxb-" + "1a2B" * 4,
     "Stripe key": "sk_live_" + "L2" * 9,
     "JSON web token": "eyJ" + "M3" * 5 + ".eyJ" + "N4" * 5 + "." + "O5" * 5,
     "private key": "-----BEGIN PRIVATE KEY-----\nP6P6P6P6\n-----END PRIVATE KEY-----",
@@ -38,3 +44,81 @@ def test_every_secret_shape_masks_a_sample_of_its_own(kind):
     masked = redact.mask_secrets(f"here: {sample} (end)")
     assert "[redacted]" in masked and masked != f"here: {sample} (end)", (kind, masked)
     assert kind in redact._COMPILED
+
+
+# a random-looking base62 tail, from pieces
+TAIL = "Xq3vT7bN" + "w9LkZp2R" + "yF4hJ6sD" + "8gA1cV5m" + "Q0eU3iO7" + "tY9rW2nB"
+HEX = "4f8e2a9c" + "7b1d3e5f" + "60a8b2c4" + "d6e8f0a1"
+
+
+@pytest.mark.parametrize("kind", sorted(SHAPE_SAMPLES))
+def test_every_secret_shape_glued_to_a_word_is_masked(kind):
+    for word in ("KEY", "token", "env_", "prod-"):
+        text = f"{word}{SHAPE_SAMPLES[kind]} (end)"
+        assert redact.find_secrets(text) == [kind], (word, text)
+        masked = redact.mask_secrets(text)
+        assert masked.startswith(word) and "[redacted]" in masked and redact.find_secrets(masked) == [], masked
+
+
+@pytest.mark.parametrize("text", [
+    "k" + "sk-proj-" + TAIL, "env_sk-" + TAIL, "OPENAI_API_KEY" + "sk-" + TAIL, "x-api-key" + "sk-ant-api03-" + TAIL,
+    "token" + "ghp_" + TAIL[:36], "prod-sk-proj-" + TAIL, "DEEPSEEK_API_KEY" + "sk-" + HEX, "token" + "sk-" + HEX,
+    "task-" + "sk-or-v1-" + HEX + HEX, "GROQ_API_KEY" + "gsk_" + TAIL, "HF_TOKEN" + "hf_" + TAIL[:34],
+    "key" + "AIza" + TAIL[:35], "AWS_ACCESS_KEY_ID" + "AKIA" + "Z7QX3LMN" + "5PQR8STV", "x_" + "github_pat_" + TAIL,
+    "JSESSIONID=" + HEX.upper(), "PHPSESSID=" + "9d2a5b7k" + "q3v1m8n4" + "p6r0s2t4u6", "HWWAFSESID=" + HEX[:18],
+    "laravel_session=" + TAIL, "\\nBearer " + TAIL[:30],
+], ids=lambda text: text[:16])
+def test_a_key_glued_to_a_word_is_masked(text):
+    masked = redact.mask_secrets(f"'{text}'")
+    assert masked.endswith("[redacted]'") and TAIL[8:24] not in masked and HEX[8:24] not in masked.lower(), masked
+
+
+@pytest.mark.parametrize("text", [
+    # after an escape (a JSON body's newline, a URL's %20) a key starts a word: masked whatever its tail
+    '{"content": "my key:\\nsk-' + HEX + '"}', "q=%20sk-" + HEX, '{"content": "\\u0022sk-' + TAIL + '"}',
+])
+def test_a_key_after_an_escape_is_masked(text):
+    assert "[redacted]" in redact.mask_secrets(text) and HEX not in redact.mask_secrets(text)
+
+
+PROSE = [
+    "task-management-system-overview", "risk-assessment-v2-final-draft-2024", "flask-ant-design-system-components",
+    "desk-lamp-with-usb-charger-2024", "mask_test_configuration_sample", "task_test_sampleconfigurationxyz",
+    "subtask-retry-count-3-of-12-attempts", "ask-the-user-for-permission-first", "multitask-learning-benchmark-v3",
+    "the possession=ball-handling-2024 and accession=NM_000546", "obsession=collecting-stamps-since-1998",
+    "a standard-bearer 2024-presidential-campaign", "cyborg-organization-of-america", "the_proj_configuration_file",
+    "kiosk-" + uuid.UUID(int=7).hex, "task-" + str(uuid.UUID(int=2**127 + 12345)), "desk-" + HEX,
+    "brisk-" + HEX + "-walk", "my_proj_abcdefghijklmnopq", "OPENAI_API_KEY=", "session=abc",
+]
+
+
+@pytest.mark.parametrize("text", PROSE)
+def test_words_and_ids_that_hold_a_literal_are_kept(text):
+    assert redact.mask_secrets(text) == text and redact.find_secrets(text) == []
+
+
+@pytest.mark.parametrize("alphabet", ["standard", "url-safe"])
+def test_a_base64_blob_keeps_every_character(alphabet):
+    """An image or an encrypted reasoning item holds `sk-`, `hf_`, `AIza` by chance, glued to random
+    characters on both sides: no key. 1.6 MB of the url-safe alphabet (a seeded generator: the same
+    bytes every run) holds ten such literals."""
+    encode = base64.b64encode if alphabet == "standard" else base64.urlsafe_b64encode
+    blob = encode(random.Random(3).randbytes(1_200_000)).decode()
+    literals = sum(blob.count(literal) for literal in ("sk-", "hf_", "AIza", "org-", "ghp_", "xai-", "gsk_"))
+    assert literals >= (5 if alphabet == "url-safe" else 0)
+    text = '{"data": "' + blob + '"}'
+    assert redact.mask_secrets(text) == text
+
+
+@pytest.mark.parametrize("name", ["JSESSIONID", "apikeyvalue", "x-apikeyid", "myapikeyheader", "accesstokenvalue",
+                                  "clientsecretvalue", "x-refreshtoken-v2", "userpasswordhash", "awsaccesskeyid"])
+def test_a_credential_word_glued_inside_a_name_makes_it_secret(name):
+    assert redact.is_secret_header(name) and redact.is_secret_query(name)
+    url = redact.redact_url(f"https://api.example.test/v1?{name}=cnryGluedName42&page=2")
+    assert "cnryGluedName42" not in url and "page=2" in url
+
+
+@pytest.mark.parametrize("name", ["keyword", "keywords", "max_tokens", "x-request-id", "x-ratelimit-remaining-tokens",
+                                  "anthropic-ratelimit-tokens-remaining", "openai-processing-ms", "page"])
+def test_names_without_a_credential_word_are_kept(name):
+    assert not redact.is_secret_header(name) and not redact.is_secret_query(name)

@@ -4,11 +4,14 @@ the recorder would have scrubbed.
 
 - Headers and query parameters are secret by NAME: any name with a word that carries a credential
   (auth, token, key, secret, password, cookie, session, signature, credential, jwt, bearer, an
-  organization or project id; `code` for query parameters, the OAuth code). Their values go.
+  organization or project id; `code` for query parameters, the OAuth code), whole or glued into
+  another (`apikeyvalue`, `JSESSIONID`). Their values go.
 - URL user-info (`https://user:pass@host`) goes whole.
 - Bodies and free text are secret by SHAPE: the key formats of the LLM providers (OpenAI, Anthropic,
   OpenRouter, Groq, xAI, Hugging Face, Google), AWS, GitHub, Slack, Stripe, JWTs, bearer tokens
-  and private key blocks are masked wherever they appear (a key pasted into a prompt).
+  and private key blocks are masked wherever they appear (a key pasted into a prompt), glued to a
+  word too (`OPENAI_API_KEYsk-…`, `prod-sk-proj-…`) when it starts as only keys do or looks random;
+  words and ids that hold a shape's start (`task-…`, `desk-<hex>`) and base64 blobs stay whole.
 - What a request sent as a credential (a header's or query parameter's value) is masked wherever it
   comes back, whatever its shape: a provider echoing the key in its 401 body.
 """
@@ -35,6 +38,9 @@ _CREDENTIAL_END = re.compile(
     r"(key|token|secret|signature|sig|password|passwd|pwd|auth|jwt|bearer|credentials?|cookie|session|sessid)$"
 )
 _CREDENTIAL_START = ("auth", "secret", "token", "session", "passw", "credential", "bearer", "jwt", "cookie")
+# ... and these anywhere in them ("apikeyvalue", "JSESSIONID", "clientsecretvalue"): no other word holds them
+_CREDENTIAL_INSIDE = re.compile(
+    "apikey|secret|passw|credential|sessionid|sessid|accesstoken|authtoken|refreshtoken|accesskey|privatekey")
 # query parameters only: an OAuth authorization code travels as `code`
 _QUERY_ONLY_WORDS = frozenset({"code"})
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
@@ -50,7 +56,8 @@ def _credential_name(name: str, extra: frozenset[str] = frozenset()) -> bool:
     if any(word in _CREDENTIAL_WORDS or word in extra for word in words):
         return True
     compact = "".join(words)
-    return bool(_CREDENTIAL_END.search(compact)) or compact.startswith(_CREDENTIAL_START)
+    return (bool(_CREDENTIAL_END.search(compact)) or compact.startswith(_CREDENTIAL_START)
+            or _CREDENTIAL_INSIDE.search(compact) is not None)
 
 
 @functools.lru_cache(maxsize=4096)  # a pure function of a name, and names repeat on every call and recording
@@ -106,40 +113,48 @@ def url_secrets(url: str) -> list[str]:
 
 # -- secrets by shape ------------------------------------------------------------------------------
 
-# kind -> (where a match starts: lowercase literals, the pattern matched from there, whether the
-# literal must stand at a word edge). Matching only where a literal occurs keeps a clean 2 KB body
-# at tens of microseconds: Python's regex engine scans a leading alternation or look-behind at every
-# position (hundreds of microseconds per pattern).
-_SHAPES: dict[str, tuple[tuple[str, ...], str, bool]] = {
-    "Anthropic key": (("sk-ant-",), r"sk-ant-[A-Za-z0-9_\-]{16,}", True),
-    "API key (sk-…: OpenAI, OpenRouter, DeepSeek, …)": (("sk-",), r"sk-(?!ant-)[A-Za-z0-9_\-]{20,}", True),
-    "Groq key": (("gsk_",), r"gsk_[A-Za-z0-9]{30,}", True),
-    "xAI key": (("xai-",), r"xai-[A-Za-z0-9]{40,}", True),
-    "Hugging Face token": (("hf_",), r"hf_[A-Za-z0-9]{30,}", True),
-    "Google API key": (("aiza",), r"AIza[0-9A-Za-z_\-]{35}", True),
-    "Google OAuth token": (("ya29.",), r"ya29\.[0-9A-Za-z_\-]{20,}", True),
+# kind -> (where a match starts: lowercase literals, the pattern matched from there, what a match glued
+# to a word may start with). A literal right after a word character (`[A-Za-z0-9_-]`, not an escape's
+# `\n` or `%20`) is glued: `OPENAI_API_KEYsk-…`, `prod-sk-proj-…`, `tokenghp_…`, but also `task-`,
+# `desk-`, `accession=`. A glued match is a secret when it starts with one of its shape's distinctive
+# prefixes (`""`: any start; `sk-proj-`, `github_pat_`, `AKIA`: ones no prose or identifier holds), or
+# when its value looks random (`_random`) and does not sit inside a base64 blob (an image, an encrypted
+# reasoning item: random characters on both sides of it).
+# Matching only where a literal occurs keeps a clean 2 KB body at tens of microseconds: Python's regex
+# engine scans a leading alternation or look-behind at every position (hundreds of microseconds per pattern).
+_SHAPES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
+    "Anthropic key": (("sk-ant-",), r"sk-ant-[A-Za-z0-9_\-]{16,}",
+                      ("sk-ant-api", "sk-ant-admin", "sk-ant-oat", "sk-ant-sid")),
+    "API key (sk-…: OpenAI, OpenRouter, DeepSeek, …)": (
+        ("sk-",), r"sk-(?!ant-)[A-Za-z0-9_\-]{20,}", ("sk-proj-", "sk-svcacct-", "sk-admin-", "sk-or-v1-", "sk-none-")),
+    "Groq key": (("gsk_",), r"gsk_[A-Za-z0-9]{30,}", ()),
+    "xAI key": (("xai-",), r"xai-[A-Za-z0-9]{40,}", ()),
+    "Hugging Face token": (("hf_",), r"hf_[A-Za-z0-9]{30,}", ()),
+    "Google API key": (("aiza",), r"AIza[0-9A-Za-z_\-]{35}", ()),
+    "Google OAuth token": (("ya29.",), r"ya29\.[0-9A-Za-z_\-]{20,}", ("ya29.",)),
     "AWS access key id": (("akia", "asia", "abia", "acca", "a3t"),
-                          r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Z0-9])", True),
+                          r"(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}(?![A-Z0-9])", ("akia", "asia")),
     "AWS secret access key": (("aws",),
                               r"(?i:aws.{0,24}?(?:secret|private).{0,24}?)[\"'=:\s]+([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
-                              False),
+                              ("",)),
     "GitHub token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-                     r"gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}", True),
-    "GitLab token": (("glpat-",), r"glpat-[A-Za-z0-9_\-]{20,}", True),
-    "Slack token": (("xox",), r"xox[abposr]-[0-9A-Za-z\-]{10,}", True),
+                     r"gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}", ("github_pat_",)),
+    "GitLab token": (("glpat-",), r"glpat-[A-Za-z0-9_\-]{20,}", ("glpat-",)),
+    "Slack token": (("xox",), r"xox[abposr]-[0-9A-Za-z\-]{10,}", ()),
     "Stripe key": (("sk_live_", "rk_live_", "sk_test_", "rk_test_"),
-                   r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,}", True),
-    "JSON web token": (("eyj",), r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", True),
+                   r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,}", ()),
+    "JSON web token": (("eyj",), r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", ("eyj",)),
     "private key": (("-----begin ",),
                     r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"
-                    r"(?:[\s\S]{0,16384}?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[\s\S]{0,4096})", False),
+                    r"(?:[\s\S]{0,16384}?-----END (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|[\s\S]{0,4096})", ("",)),
     # the token after "Bearer" (with a digit in it: prose says "bearer" too)
     "bearer token": (("bearer",),
-                     r"(?i:bearer)\s+(?!\[redacted\])(?=[A-Za-z._~+/\-]*[0-9])([A-Za-z0-9._~+/\-]{12,}=*)", True),
-    "organization id": (("org-",), r"org-[A-Za-z0-9]{16,}\b", True),
-    "project id": (("proj_",), r"proj_[A-Za-z0-9]{16,}\b", True),
+                     r"(?i:bearer)\s+(?!\[redacted\])(?=[A-Za-z._~+/\-]*[0-9])([A-Za-z0-9._~+/\-]{12,}=*)", ()),
+    "organization id": (("org-",), r"org-[A-Za-z0-9]{16,}\b", ()),
+    "project id": (("proj_",), r"proj_[A-Za-z0-9]{16,}\b", ()),
+    # glued names: JSESSIONID, ASP.NET_SessionId; PHPSESSID, `laravel_session=` by their random values
     "session cookie": (("session", "sid=", "__cf_bm=", "_cfuvid="),
-                       r"(?i:__cf_bm|_cfuvid|session(?:id)?|sid)=(?!\[redacted\])([^;\s\"'&]{8,})", True),
+                       r"(?i:__cf_bm|_cfuvid|session(?:id)?|sid)=(?!\[redacted\])([^;\s\"'&]{8,})", ("sessionid=",)),
 }
 # compiled at their literal's first hit, not at import: a clean body never reaches them, and the twenty
 # compiles were 12 M instructions of every process that records (0.2% of a 100-test pytest session)
@@ -147,6 +162,41 @@ _COMPILED: dict[str, re.Pattern[str]] = {}
 # the shortest credential value masked by its literal value wherever it reappears
 MIN_ECHOED_SECRET = 8
 _WORDISH = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+# a base64 blob (an image, an encrypted reasoning item) is made of these
+_BLOB_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_-")
+_BLOB_BEFORE = re.compile(r"[A-Za-z0-9+/_\-]*\Z")  # the blob characters right before a position
+_DIGITS, _UPPER = frozenset("0123456789"), frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+
+
+def _random(value: str, digit: bool = True) -> bool:
+    """Whether `value` reads as generated, not written: at least 16 letters and digits (a digit among
+    them, unless `digit` is false) and the class (digit, upper, lower) changing at a quarter of them or
+    more. A base62 key of 20 changes at about 12 of them, a hex one of 32 at 15;
+    `assessment-v2-final-draft-2024` at 2, `OPENAI_API_KEY` at none."""
+    classes = [0 if char in _DIGITS else 1 if char in _UPPER else 2 for char in value[:96]
+               if char in _DIGITS or char in _UPPER or char in _LOWER]
+    if len(classes) < 16 or (digit and 0 not in classes):
+        return False
+    return sum(one != other for one, other in zip(classes, classes[1:])) >= max(4, len(classes) // 4)
+
+
+def _glued_secret(lowered: str, text: str, position: int, match: re.Match[str], distinctive: tuple[str, ...]) -> bool:
+    """Whether a match whose literal is glued to a word is a secret (see `_SHAPES`)."""
+    if lowered.startswith(distinctive, position):
+        return True
+    value = match.group(match.lastindex or 0)
+    # glued to a lowercase vowel it ends an English word (task-, desk-, risk-, kiosk-): an id after it
+    # (task-<uuid>, desk-<hex>) is no key unless it mixes cases as a base62 key does
+    if not _random(value) or (text[position - 1] in "aeiou" and not (_UPPER & set(value) and _LOWER & set(value))):
+        return False
+    # inside a blob: it runs on past the match, the match is longer than any key, or the word before
+    # it is long or random itself
+    end = match.end()
+    if (end < len(text) and text[end] in _BLOB_CHARS) or end - position > 256:
+        return False
+    before = _BLOB_BEFORE.search(text, max(0, position - 48), position).group()
+    return len(before) < 40 and not _random(before, digit=False)
 
 
 # one scan for every literal at once: cheaper than a `find` per literal on a short text (a span's
@@ -163,18 +213,22 @@ def _matches(text: str) -> list[tuple[str, re.Match[str]]]:
     if len(lowered) <= _SHORT_TEXT and _ANY_START.search(lowered) is None:
         return []
     found: list[tuple[str, re.Match[str]]] = []
-    for kind, (starts, pattern, edge) in _SHAPES.items():
+    for kind, (starts, pattern, distinctive) in _SHAPES.items():
         for start in starts:
             position = lowered.find(start)
             while position >= 0:
-                match = None
-                if not (edge and position and text[position - 1] in _WORDISH):
-                    compiled = _COMPILED.get(kind)
-                    if compiled is None:  # two threads may both compile it: the same pattern either way
-                        compiled = _COMPILED[kind] = re.compile(pattern)
-                    match = compiled.match(text, position)
-                if match is not None:
+                compiled = _COMPILED.get(kind)
+                if compiled is None:  # two threads may both compile it: the same pattern either way
+                    compiled = _COMPILED[kind] = re.compile(pattern)
+                match = compiled.match(text, position)
+                # after an escape (a JSON body's `\nsk-…`, a URL's `%20sk-…`) the literal starts a word
+                if match is not None and (not position or text[position - 1] not in _WORDISH
+                                          or text[position - 2:position - 1] == "\\"
+                                          or text[position - 3:position - 2] == "%"
+                                          or _glued_secret(lowered, text, position, match, distinctive)):
                     found.append((kind, match))
+                else:
+                    match = None
                 position = lowered.find(start, match.end() if match is not None else position + 1)
     found.sort(key=lambda item: (item[1].start(), -item[1].end()))
     kept: list[tuple[str, re.Match[str]]] = []
