@@ -79,7 +79,7 @@ RUN_CUBE: dict[str, pl.Expr] = {
 }
 _RUN_SUMS = ("calls", "settled", "errors", "unpriced_tokens", "priced", "unpriced", "input_tokens", "cache_read_tokens",
              "cache_write_tokens", "output_tokens", "live_cost_micros", "replayed_cost_micros")
-_CUBE_KEYS = ("day", "provider", "model", "prompt_id", "prompt_version", "currency")
+_RUN_CUBE_KEYS = ("day", "provider", "model", "prompt_id", "prompt_version", "currency")
 
 
 def _run_cube(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
@@ -90,8 +90,10 @@ def _run_cube(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
         SELECT (DATE '1970-01-01' + c.day_n) AS day, c.provider, c.model, c.prompt_id, c.prompt_version, c.currency,
                c.replayed, {', '.join(f'sum(c.{name})::BIGINT AS {name}' for name in _RUN_SUMS)}
         FROM fc c GROUP BY ALL""")
-    return (rows.group_by(_CUBE_KEYS).agg(expr.alias(name) for name, expr in RUN_CUBE.items())
+    return (rows.group_by(_RUN_CUBE_KEYS).agg(expr.alias(name) for name, expr in RUN_CUBE.items())
             .sort(["day", "model"], nulls_last=True))
+
+
 CUBE_SUMS = ("calls", "settled", "unsettled", "errors", "replayed_calls", "priced_calls", "unpriced_calls",
              "unpriced_tokens", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
              "cost_micros", "replayed_priced_calls", "replayed_unpriced_calls", "replayed_cost_micros")
