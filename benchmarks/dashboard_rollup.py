@@ -11,7 +11,8 @@ Build the stores with `dashboard_queries.py --generate-only` (an older tree's ge
 "before" store; a copy of it opened once by this tree is migrated, and the migration fills the rollup).
 Besides `dashboard_queries.py`'s scenarios, a run name alone and a tag alone; besides the pages, the
 Overview as the dashboard reads it (`overview (2 reads)`: its headline and its tables, each on a
-connection of its own, sharing their run sets where the tree can: `queries.run_sets`).
+connection of its own, sharing their run sets where the tree can, `queries.run_sets`, and what their
+scopes computed, `queries.scope`'s `kept`, as the dashboard does).
 Reports, per page, the median CPU time (all threads) and wall time of its queries on an open
 connection, after one warm-up; appends them to benchmarks/RESULTS.md."""
 
@@ -35,7 +36,7 @@ SCENARIOS = {**QUERY_SCENARIOS, "run name": Filters(run_names=("support-bot",)),
 ROOT = Path(__file__).resolve().parent.parent
 # the page's queries in the tree on sys.path: same code for both sides (both trees name them alike)
 WORKER = r"""
-import json, statistics, sys, time
+import inspect, json, statistics, sys, time
 from datetime import date
 from workbench.store import queries as q
 from workbench.store.db import open_store
@@ -46,8 +47,9 @@ page = args["page"]
 with open_store(args["db"], read_only=True) as con:
     con.execute("SET enable_progress_bar = false")  # a long query's bar would end on stdout, before the result
     run_id = q.run_choices(con, q.Filters(), limit=1)["run_id"][0]
-    def overview_reads(con, f):  # as the dashboard reads it: two reads, the run sets shared when the tree can
-        out, sets = {}, None
+    def overview_reads(con, f):  # as the dashboard reads it: two reads, the run sets (and the values
+        # their scopes computed) shared when the tree can
+        out, sets, kept = {}, None, {}
         for part in (q.overview_headline, q.overview_tables):
             with open_store(args["db"], read_only=True) as part_con:
                 part_con.execute("SET enable_progress_bar = false")
@@ -55,7 +57,8 @@ with open_store(args["db"], read_only=True) as con:
                     out.update(part(part_con, f))
                     continue
                 sets = q.run_sets(part_con, f) if sets is None else sets
-                with q.scope(part_con, f, sets):
+                shared = {"kept": kept} if "kept" in inspect.signature(q.scope).parameters else {}
+                with q.scope(part_con, f, sets, **shared):
                     out.update(part(part_con, f))
         return out
     fn = {"(sidebar options)": lambda con, f: (q.filter_options(con), q.store_counts(con)),

@@ -83,15 +83,17 @@ def _options(db: str, state: tuple) -> dict:
     return q.read(db, None, q.filter_options)
 
 
-_RUN_SETS: dict[tuple, dict[str, pl.DataFrame]] = {}  # (db, state, filters) -> their run sets (`q.run_sets`)
+# (db, state, filters) -> their run sets (`q.run_sets`) and the values their scopes computed (`q.scope`'s `kept`)
+_RUN_SETS: dict[tuple, tuple[dict[str, pl.DataFrame], dict]] = {}
 _RUN_SETS_KEPT = 8
 
 
 def _with_run_sets(db: str, state: tuple, filters: q.Filters | None, fn: Callable):
     """`fn(con)` on a read of the store, within a scope of `filters` whose run sets (the runs a run
     name, a tag or a call-level filter selects) are computed once per filters and store state and
-    shared by every read of that state: a page made of several reads (the Overview's headline and
-    tables) pays for them once. Returns `fn`'s answer and whether the store holds no calls and no runs
+    shared by every read of that state, as are the values computed within its scopes (the spend
+    cube): a page made of several reads (the Overview's headline and tables) pays for them once.
+    Returns `fn`'s answer and whether the store holds no calls and no runs
     at all (counted on the same connection: a page's first read tells an empty store from an empty
     filter before anything is drawn from it)."""
     def work(con):
@@ -102,13 +104,14 @@ def _with_run_sets(db: str, state: tuple, filters: q.Filters | None, fn: Callabl
         if filters is None or not (filters.run_level or filters.call_level):
             return fn(con)
         key = (db, state, filters)
-        sets = _RUN_SETS.get(key)
-        if sets is None:
-            sets = q.run_sets(con, filters)
+        shared = _RUN_SETS.get(key)
+        if shared is None:
+            shared = q.run_sets(con, filters), {}
             while len(_RUN_SETS) >= _RUN_SETS_KEPT:
                 _RUN_SETS.pop(next(iter(_RUN_SETS)), None)
-            _RUN_SETS[key] = sets
-        with q.scope(con, filters, sets):
+            _RUN_SETS[key] = shared
+        sets, kept = shared
+        with q.scope(con, filters, sets, kept):
             return fn(con)
 
     return q.read(db, None, work)

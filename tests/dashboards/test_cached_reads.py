@@ -78,3 +78,19 @@ def test_the_overview_reads_its_run_sets_once_for_its_parts_and_shows_the_filter
     assert figures(at)["Runs"] == "1"  # R2, the top-level run around the anthropic calls
     at.run()  # a refresh of an unchanged store: read from the cache, nothing again
     assert len(read) == 1
+
+
+def test_the_overviews_tables_take_the_spend_cube_its_headline_read(db, monkeypatch):
+    """Under a tag the Overview's headline reads the spend cube from the per-run rollup; its tables,
+    read after it on another connection, regroup that cube instead of reading it again."""
+    from workbench.store import queries as q
+    from workbench.store.queries import spend
+
+    read = []
+    rrq = spend._rrq
+    monkeypatch.setattr(spend, "_rrq", lambda con, f, body, *a: read.append(f) or rrq(con, f, body, *a))
+    at = render(db, monkeypatch, tag="env=prod")
+    f = q.Filters(tags=("env=prod",))
+    assert read == [f]
+    with open_store(db, read_only=True) as con:
+        assert figures(at)["Calls"] == f"{q.call_totals(con, f)['calls'][0]:,}" != "0"

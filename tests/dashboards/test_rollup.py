@@ -441,6 +441,33 @@ def test_under_a_run_name_or_tag_the_overviews_breakdowns_regroup_its_spend_cube
                 assert_frame_equal(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True), check_exact=True)
 
 
+def test_the_overviews_tables_read_after_its_headline_take_the_spend_cube_it_kept(dashboard_db):
+    """The Overview as the dashboard reads it, its headline then its tables each on a connection of its
+    own, given the run sets and the values the headline's scope computed (`scope`'s `kept`): under a
+    run name or tag the tables read no per-run rollup row again (the spend cube is the headline's, a
+    third of the tables' cost at 10M calls), and every figure is the one-read page's."""
+    from workbench.store.queries import _base
+
+    with open_store(dashboard_db, read_only=True) as con:
+        for f in PART_FILTERS:
+            sets, kept, shared, statements = q.run_sets(con, f), {}, {}, []
+            for part_of in (q.overview_headline, q.overview_tables):
+                part = con.cursor()  # another connection: none of `con`'s temp tables
+                try:
+                    with contextlib.ExitStack() as stack:
+                        stack.enter_context(scope(part, f, sets, kept))
+                        reads = [stack.enter_context(mock.patch.object(module, "_frame", wraps=module._frame))
+                                 for module in (_base, ledger)]
+                        shared.update(part_of(part, f))
+                    statements.append([call.args[1] for read in reads for call in read.call_args_list])
+                finally:
+                    part.close()
+            if f.run_level:
+                assert any("call_run_rollup" in sql for sql in statements[0])
+                assert not any("call_run_rollup" in sql for sql in statements[1]), statements[1]
+            _frames_equal(shared, q.overview_page(con, f))
+
+
 _TAG_PAIRS = st.tuples(st.sampled_from(["env", "a", "a=b", "team", ""]), st.sampled_from(["prod", "c", "b=c", "", "x y"]))
 
 

@@ -177,12 +177,14 @@ class _ArrowStream:
 
 
 @contextmanager
-def scope(con: duckdb.DuckDBPyConnection, f: Filters, sets: dict[str, pl.DataFrame] | None = None
-          ) -> Iterator[None]:
+def scope(con: duckdb.DuckDBPyConnection, f: Filters, sets: dict[str, pl.DataFrame] | None = None,
+          kept: dict[str, Any] | None = None) -> Iterator[None]:
     """Within it, the queries on `con` with filters `f` read the run sets those filters need from
     temp tables computed once, instead of each query computing them again (a page runs several);
-    `sets`: those sets as `run_sets` read them for `f` from the same store state, taken as they are.
-    Within a scope of the same filters, another one changes nothing (a page made of parts)."""
+    `sets`: those sets as `run_sets` read them for `f` from the same store state, taken as they are;
+    `kept`: the values `scoped` computed within earlier scopes of `f` on the same store state (a page's
+    other read: the Overview's tables regroup the spend cube its headline read), taken as they are,
+    and this scope's own added to it. Within a scope of the same filters, another one changes nothing."""
     if in_scope(con, f):
         yield
         return
@@ -196,6 +198,8 @@ def scope(con: duckdb.DuckDBPyConnection, f: Filters, sets: dict[str, pl.DataFra
         else:
             _frame_exec(con, f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params)
     _SCOPES[id(con)] = f
+    if kept is not None:
+        _SCOPED[id(con)] = kept
     try:
         yield
     finally:

@@ -45,10 +45,7 @@ def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) ->
             FROM fc c GROUP BY ALL ORDER BY day, model""")
     if not raw and runs_rolled_up(con, f):
         # once within a scope: the breakdowns a page shows beside it regroup it (`ledger.spend_by`)
-        return scoped(con, f, "run_cube", lambda: _rrq(con, f, f"""
-            SELECT (DATE '1970-01-01' + c.day_n) AS day, c.provider, c.model, c.prompt_id, c.prompt_version, c.currency,
-                   {', '.join(f'{expr} AS {name}' for name, expr in RUN_CUBE.items())}
-            FROM fc c GROUP BY ALL ORDER BY day, model"""))
+        return scoped(con, f, "run_cube", lambda: _run_cube(con, f))
     return _q(con, f, f"""
         , cube AS (
             SELECT epoch_us(c.started_at) // 86400000000 AS day_n, c.provider, {_MODEL} AS model, c.prompt_id,
@@ -63,21 +60,40 @@ def spend_cube(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) ->
         SELECT (DATE '1970-01-01' + day_n::INTEGER) AS day, * EXCLUDE (day_n) FROM cube ORDER BY day, model""")
 
 
-# the spend cube's measures (`daily.CUBE`, in its order) from the per-run rollup's rows `c`, whose
-# `replayed` key tells their live measures from their replayed ones (`daily.RUNS`)
-RUN_CUBE = {name: f"coalesce({expr}, 0)::BIGINT" for name, expr in (
-    ("calls", "sum(c.calls)"), ("settled", "sum(c.settled)"), ("unsettled", "sum(c.calls - c.settled)"),
-    ("errors", "sum(c.errors)"), ("unpriced_tokens", "sum(c.unpriced_tokens) FILTER (WHERE NOT c.replayed)"),
-    ("replayed_calls", "sum(c.calls) FILTER (WHERE c.replayed)"),
-    ("priced_calls", "sum(c.priced) FILTER (WHERE NOT c.replayed)"),
-    ("unpriced_calls", "sum(c.unpriced) FILTER (WHERE NOT c.replayed)"),
-    *((name, f"sum(c.{name}) FILTER (WHERE NOT c.replayed)")
-      for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")),
-    ("cost_micros", "sum(c.live_cost_micros)"),
-    ("replayed_priced_calls", "sum(c.priced) FILTER (WHERE c.replayed)"),
-    ("replayed_unpriced_calls", "sum(c.unpriced) FILTER (WHERE c.replayed)"),
-    ("replayed_cost_micros", "sum(c.replayed_cost_micros)"),
-)}
+# the spend cube's measures (`daily.CUBE`, in its order) from the per-run rollup's rows summed per key
+# and `replayed` (`_run_cube`), which tells their live measures from their replayed ones (`daily.RUNS`)
+_LIVE_ROWS, _REPLAYED_ROWS = ~pl.col("replayed"), pl.col("replayed")
+RUN_CUBE: dict[str, pl.Expr] = {
+    "calls": pl.col("calls").sum(), "settled": pl.col("settled").sum(),
+    "unsettled": (pl.col("calls") - pl.col("settled")).sum(), "errors": pl.col("errors").sum(),
+    "unpriced_tokens": pl.col("unpriced_tokens").filter(_LIVE_ROWS).sum(),
+    "replayed_calls": pl.col("calls").filter(_REPLAYED_ROWS).sum(),
+    "priced_calls": pl.col("priced").filter(_LIVE_ROWS).sum(),
+    "unpriced_calls": pl.col("unpriced").filter(_LIVE_ROWS).sum(),
+    **{name: pl.col(name).filter(_LIVE_ROWS).sum()
+       for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")},
+    "cost_micros": pl.col("live_cost_micros").sum(),
+    "replayed_priced_calls": pl.col("priced").filter(_REPLAYED_ROWS).sum(),
+    "replayed_unpriced_calls": pl.col("unpriced").filter(_REPLAYED_ROWS).sum(),
+    "replayed_cost_micros": pl.col("replayed_cost_micros").sum(),
+}
+_RUN_SUMS = ("calls", "settled", "errors", "unpriced_tokens", "priced", "unpriced", "input_tokens", "cache_read_tokens",
+             "cache_write_tokens", "output_tokens", "live_cost_micros", "replayed_cost_micros")
+_RUN_CUBE_KEYS = ("day", "provider", "model", "prompt_id", "prompt_version", "currency")
+
+
+def _run_cube(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+    """The spend cube of the per-run rollup's rows `f` selects: plain sums per key and `replayed` in SQL,
+    its live and replayed rows merged per key here (the same integers: each measure a sum of the rows of
+    one kind or of both; the sums each filtered by `replayed` in SQL cost a fifth more of the read)."""
+    rows = _rrq(con, f, f"""
+        SELECT (DATE '1970-01-01' + c.day_n) AS day, c.provider, c.model, c.prompt_id, c.prompt_version, c.currency,
+               c.replayed, {', '.join(f'sum(c.{name})::BIGINT AS {name}' for name in _RUN_SUMS)}
+        FROM fc c GROUP BY ALL""")
+    return (rows.group_by(_RUN_CUBE_KEYS).agg(expr.alias(name) for name, expr in RUN_CUBE.items())
+            .sort(["day", "model"], nulls_last=True))
+
+
 CUBE_SUMS = ("calls", "settled", "unsettled", "errors", "replayed_calls", "priced_calls", "unpriced_calls",
              "unpriced_tokens", "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
              "cost_micros", "replayed_priced_calls", "replayed_unpriced_calls", "replayed_cost_micros")
