@@ -270,7 +270,9 @@ def test_a_pytest_sessions_calls_are_priced_at_ingestion_as_the_recorder_prices_
     deferred = _session(tmp_path / "ingester", "at-ingestion")
     assert not deferred["loaded"]
     marked = [line for line in deferred["spooled"] if AT_INGESTION in line]
-    assert len(marked) == 3  # the library alone knows in-house-70b is not in it: asked by the ingester too
+    # each call and its span; the library alone knows in-house-70b is not in it: asked by the ingester too
+    assert sorted(json.loads(line)["kind"] for line in marked) == ["call"] * 3 + ["span"] * 3
+    marked = [line for line in marked if json.loads(line)["kind"] == "call"]
     stored = _stored(tmp_path / "ingester" / "wb.duckdb")
     assert stored == _stored(tmp_path / "recorder" / "wb.duckdb")
     assert [cost is not None for _, cost, _, _ in stored["calls"]] == [True, True, False]

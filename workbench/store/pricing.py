@@ -12,7 +12,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import duckdb
-import orjson
 import polars as pl
 
 from workbench.models import ModelRegistry, Usage, price_with
@@ -22,24 +21,21 @@ from workbench.store.records import TABLES
 
 log = logging.getLogger("workbench.store")
 
-_COST, _ERROR_TYPE = "workbench.cost_micros", "error.type"  # workbench.capture.semconv's names (a later layer)
+# a span's cost attribute the recorder left to the ingester (`workbench.capture.semconv.COST_MICROS`)
+_MARK = f'"workbench.cost_micros":"{AT_INGESTION}"'
 _lookups_read: set[Path] = set()
 
 
 def priced_at_ingestion(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame],
                         work_dir: Path | None) -> dict[str, pl.DataFrame]:
     """`frames` with their calls marked `AT_INGESTION` priced (or unpriced: the library has no price
-    for them), their model rows added, and the spans of calls priced here given their cost. The
+    for them), their model rows added, and their spans' cost attribute filled in (or dropped). The
     library's answers are kept in `work_dir` (`use_lookups`) for the next session."""
     calls = frames.get("call")
     pending = calls is not None and calls.height and (calls["price_source"] == AT_INGESTION).any()
     spans = frames.get("span")
-    # a settled span without a cost: its call was priced here (in this batch or an earlier one), or
-    # nothing prices its model (a cost nowhere, the span unchanged)
-    unpriced_spans = spans is not None and spans.height and (
-        spans["attributes"].str.contains('"workbench.settled":true', literal=True)
-        & ~spans["attributes"].str.contains(f'"{_COST}"', literal=True)).any()
-    if not pending and not unpriced_spans:
+    marked_spans = spans is not None and spans.height and spans["attributes"].str.contains(_MARK, literal=True).any()
+    if not pending and not marked_spans:
         return frames
     frames = dict(frames)
     costs: dict[str, int] = {}
@@ -55,7 +51,7 @@ def priced_at_ingestion(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.Dat
         if models:
             model_frame = table_frame(con, TABLES["model"][0], models)
             frames["model"] = pl.concat([frames["model"], model_frame]) if "model" in frames else model_frame
-    if unpriced_spans:
+    if marked_spans:
         frames["span"] = _spans_with_costs(con, spans, costs)
     return frames
 
@@ -92,28 +88,22 @@ def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFr
 
 
 def _spans_with_costs(con: duckdb.DuckDBPyConnection, spans: pl.DataFrame, costs: dict[str, int]) -> pl.DataFrame:
-    """Spans whose call was priced at ingestion, with `workbench.cost_micros` where the recorder puts
-    it (before `error.type`, the one attribute after it)."""
+    """The spans' left cost attribute (`_MARK`) given their call's cost in its place, or dropped
+    when the call stays unpriced. Their call precedes them in the spool: in this batch, or stored."""
+    marked = spans["attributes"].str.contains(_MARK, literal=True)
     call_ids = spans["attributes"].str.extract(r'"workbench\.call_id":"([0-9a-f]+)"')
-    candidates = (spans["attributes"].str.contains('"workbench.settled":true', literal=True)
-                  & ~spans["attributes"].str.contains(f'"{_COST}"', literal=True) & call_ids.is_not_null())
-    wanted = [call_id for call_id in call_ids.filter(candidates).to_list() if call_id not in costs]
-    if wanted:  # the call came in an earlier batch
+    earlier = [call_id for call_id in call_ids.filter(marked).to_list() if call_id not in costs]
+    if earlier:
         costs = {**costs, **dict(con.execute(
-            "SELECT call_id, cost_micros FROM calls WHERE list_contains($ids, call_id) AND cost_micros IS NOT NULL",
-            {"ids": wanted}).fetchall())}
-    if not costs:
-        return spans
+            "SELECT call_id, cost_micros FROM calls WHERE call_id IN (SELECT unnest($ids)) AND cost_micros IS NOT NULL",
+            {"ids": earlier}).fetchall())}
 
     def with_cost(attributes: str, call_id: str | None) -> str:
-        if call_id not in costs or f'"{_COST}"' in attributes:
+        if _MARK not in attributes:
             return attributes
-        found = orjson.loads(attributes)
-        error = found.pop(_ERROR_TYPE, None)
-        found[_COST] = costs[call_id]
-        if error is not None:
-            found[_ERROR_TYPE] = error
-        return orjson.dumps(found).decode()
+        if call_id in costs:
+            return attributes.replace(_MARK, f'"workbench.cost_micros":{costs[call_id]}')
+        return attributes.replace("," + _MARK, "")  # never the first attribute
 
     patched = [with_cost(text, call_id) for text, call_id in zip(spans["attributes"].to_list(), call_ids.to_list())]
     return spans.with_columns(pl.Series("attributes", patched, dtype=spans.schema["attributes"]))
