@@ -22,7 +22,7 @@ process (a pytest session, an eval) that prices only models looked up before nev
 
 A pytest session (`at_ingestion`) does not import it at all: a call no run waits for, whose price
 would need the library loaded, is spooled with `price_source = AT_INGESTION`, and the ingester, a
-process of its own, prices it there with the same lookup (`workbench.store.ingest`), keeping the
+process of its own, prices it there with the same lookup (`workbench.store.pricing`), keeping the
 answer beside the store for the next session. The stored figures are the ones the recorder would
 have written.
 """
