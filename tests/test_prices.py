@@ -215,8 +215,18 @@ from workbench.demo.fake_provider import FakeProvider
 from workbench.demo.fake_server import serve
 
 folder = Path(sys.argv[1])
-prices.at_ingestion(sys.argv[2] == "at-ingestion")
+prices.at_ingestion(sys.argv[2] in ("at-ingestion", "exported"))
 workbench.configure(db=folder / "wb.duckdb")
+exported = None
+if sys.argv[2] == "exported":  # the application's own processor on Workbench's provider sees every span
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from workbench.capture.tracing import tracer
+
+    tracer()
+    exported = InMemorySpanExporter()
+    trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(exported))
 with serve(FakeProvider()) as url:
     client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, http_client=workbench.http_client())
     for model in ("gpt-4o-mini", "gpt-4o", "in-house-70b"):
@@ -226,7 +236,9 @@ with serve(FakeProvider()) as url:
     loaded = "genai_prices" in sys.modules
     if sys.argv[3] == "ingest":
         workbench.flush()
-print(json.dumps({"loaded": loaded, "spooled": spooled}))
+costs = exported and sorted((span.attributes.get("gen_ai.request.model"), span.attributes.get("workbench.cost_micros"))
+                           for span in exported.get_finished_spans())
+print(json.dumps({"loaded": loaded, "spooled": spooled, "exported": costs}))
 """
 
 
@@ -302,3 +314,14 @@ def test_a_span_ingested_after_its_call_gets_the_cost_the_ingester_gave_the_call
         (spool / name).write_text("\n".join(lines) + "\n")
         ingest_spools(tmp_path / "apart" / "wb.duckdb", spool)
     assert _stored(tmp_path / "apart" / "wb.duckdb") == _stored(tmp_path / "recorder" / "wb.duckdb")
+
+
+def test_a_session_whose_spans_are_exported_elsewhere_prices_them_before_they_leave(tmp_path):
+    """An exporter would send a span before the ingester completes it: such a session prices in its
+    own process, the library loaded, as every process did before."""
+    from workbench.prices import AT_INGESTION
+
+    exported = _session(tmp_path / "exported", "exported", ingest=False)
+    assert exported["loaded"]
+    assert not [line for line in exported["spooled"] if AT_INGESTION in line]
+    assert [model for model, cost in exported["exported"] if isinstance(cost, int)] == ["gpt-4o", "gpt-4o-mini"]
