@@ -203,3 +203,125 @@ def test_a_damaged_lookups_file_is_ignored_and_the_library_answers(tmp_path):
     again = _look_up(tmp_path, "2026-01-01T00:00:00+00:00", [["gpt-4o-mini", "openai"]])
     assert again["imported"]
     assert again["sheets"]["gpt-4o-mini"]["source"].startswith(f"genai-prices {VERSION}: openai/gpt-4o-mini")
+
+
+AT_INGESTION_CHILD = r"""
+import json, sys
+from pathlib import Path
+import openai, workbench
+from workbench import prices
+from workbench.capture.recorder import recorder
+from workbench.demo.fake_provider import FakeProvider
+from workbench.demo.fake_server import serve
+
+folder = Path(sys.argv[1])
+prices.at_ingestion(sys.argv[2] in ("at-ingestion", "exported"))
+workbench.configure(db=folder / "wb.duckdb")
+exported = None
+if sys.argv[2] == "exported":  # the application's own processor on Workbench's provider sees every span
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from workbench.capture.tracing import tracer
+
+    tracer()
+    exported = InMemorySpanExporter()
+    trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(exported))
+with serve(FakeProvider()) as url:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", max_retries=0, http_client=workbench.http_client())
+    for model in ("gpt-4o-mini", "gpt-4o", "in-house-70b"):
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Hello"}])
+    recorder().spool.flush(ingest=False)
+    spooled = [line for path in sorted(recorder().spool.spool_dir.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    loaded = "genai_prices" in sys.modules
+    if sys.argv[3] == "ingest":
+        workbench.flush()
+costs = exported and sorted((span.attributes.get("gen_ai.request.model"), span.attributes.get("workbench.cost_micros"))
+                           for span in exported.get_finished_spans())
+print(json.dumps({"loaded": loaded, "spooled": spooled, "exported": costs}))
+"""
+
+
+def _session(folder: Path, mode: str, ingest: bool = True) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    folder.mkdir(exist_ok=True)
+    result = subprocess.run([sys.executable, "-c", AT_INGESTION_CHILD, str(folder), mode, "ingest" if ingest else "no"],
+                            capture_output=True, text=True, cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _stored(db: Path) -> dict:
+    import json
+
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        calls = con.execute("SELECT model_requested, cost_micros, currency, price_source FROM calls "
+                            "ORDER BY model_requested").fetchall()
+        spans = sorted(([{key: value for key, value in json.loads(text).items()
+                         if key not in ("workbench.call_id", "gen_ai.response.id")}, list(json.loads(text))]
+                       for (text,) in con.execute("SELECT attributes FROM spans").fetchall()), key=json.dumps)
+        models = con.execute("SELECT * FROM models ORDER BY price_source").fetchall()
+    return {"calls": calls, "spans": spans, "models": models}
+
+
+def test_a_pytest_sessions_calls_are_priced_at_ingestion_as_the_recorder_prices_them(tmp_path):
+    """A session that leaves the price library to the ingester (`at_ingestion`) never loads it; its
+    ingester stores every figure the recorder would have: each call's cost, its model row, its span's
+    cost attribute in its place; its answers are kept, so the next session prices in the recorder."""
+    import json
+
+    from workbench.prices import AT_INGESTION
+
+    recorder_priced = _session(tmp_path / "recorder", "in-process")
+    assert recorder_priced["loaded"]
+    deferred = _session(tmp_path / "ingester", "at-ingestion")
+    assert not deferred["loaded"]
+    marked = [line for line in deferred["spooled"] if AT_INGESTION in line]
+    # each call and its span; the library alone knows in-house-70b is not in it: asked by the ingester too
+    assert sorted(json.loads(line)["kind"] for line in marked) == ["call"] * 3 + ["span"] * 3
+    marked = [line for line in marked if json.loads(line)["kind"] == "call"]
+    stored = _stored(tmp_path / "ingester" / "wb.duckdb")
+    assert stored == _stored(tmp_path / "recorder" / "wb.duckdb")
+    assert [cost is not None for _, cost, _, _ in stored["calls"]] == [True, True, False]
+    assert len(stored["models"]) == 2
+    # the ingester kept its answers where the next session's recorder reads them (`use_lookups`)
+    (kept,) = (tmp_path / "ingester" / "wb.duckdb.workbench").glob("prices-*.json")
+    asked = {(row["provider"], row["url"], row["model_served"])
+             for row in (json.loads(line)["row"] for line in marked)}
+    assert {tuple(entry[:3]) for entry in json.loads(kept.read_text())} == asked
+
+
+def test_a_span_ingested_after_its_call_gets_the_cost_the_ingester_gave_the_call(tmp_path):
+    """The span's record follows its call's in the spool and may come in a later batch."""
+    import json
+
+    from workbench.prices import AT_INGESTION
+    from workbench.store.ingest import ingest_spools
+
+    deferred = _session(tmp_path / "session", "at-ingestion", ingest=False)
+    assert any(AT_INGESTION in line for line in deferred["spooled"])
+    recorder_priced = _session(tmp_path / "recorder", "in-process")
+    spool = tmp_path / "apart" / "spool"
+    spool.mkdir(parents=True)
+    calls = [line for line in deferred["spooled"] if json.loads(line)["kind"] != "span"]
+    spans = [line for line in deferred["spooled"] if json.loads(line)["kind"] == "span"]
+    for name, lines in (("calls-999999-0000000a.jsonl", calls), ("spans-999999-0000000b.jsonl", spans)):
+        (spool / name).write_text("\n".join(lines) + "\n")
+        ingest_spools(tmp_path / "apart" / "wb.duckdb", spool)
+    assert _stored(tmp_path / "apart" / "wb.duckdb") == _stored(tmp_path / "recorder" / "wb.duckdb")
+
+
+def test_a_session_whose_spans_are_exported_elsewhere_prices_them_before_they_leave(tmp_path):
+    """An exporter would send a span before the ingester completes it: such a session prices in its
+    own process, the library loaded, as every process did before."""
+    from workbench.prices import AT_INGESTION
+
+    exported = _session(tmp_path / "exported", "exported", ingest=False)
+    assert exported["loaded"]
+    assert not [line for line in exported["spooled"] if AT_INGESTION in line]
+    assert [model for model, cost in exported["exported"] if isinstance(cost, int)] == ["gpt-4o", "gpt-4o-mini"]

@@ -19,6 +19,12 @@ background thread as recording starts in a project with no price rows of its own
 the first call no project row prices. The lookups are cached per provider and model name, in the
 process and, when the recorder names a file (`use_lookups`), on disk per library version: a later
 process (a pytest session, an eval) that prices only models looked up before never imports it.
+
+A pytest session (`at_ingestion`) does not import it at all: a call no run waits for, whose price
+would need the library loaded, is spooled with `price_source = AT_INGESTION`, and the ingester, a
+process of its own, prices it there with the same lookup (`workbench.store.pricing`), keeping the
+answer beside the store for the next session. The stored figures are the ones the recorder would
+have written.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from pathlib import Path
@@ -53,12 +60,44 @@ _sheets: dict[tuple[int, int], PriceSheet | None] = {}  # (id(ModelInfo), id(Mod
 # (provider, url, model) -> None (not in the library) or its dated sheets, [(start day or None, sheet)]
 # in the library's order, kept on disk at `_lookups["path"]` (`use_lookups`)
 _lookups: dict = {"path": None, "found": {}}
+# a call's price_source until the ingester prices it (never stored: the ingester replaces it)
+AT_INGESTION = "genai-prices: at ingestion"
+_deferring = {"on": False}  # `at_ingestion()` was called: this process leaves the library to the ingester
+_refusing = threading.local()  # inside `unloaded()`: a lookup needing the library raises instead
+
+
+class LibraryNotLoaded(Exception):
+    """A lookup inside `unloaded()` needed the library, which this process has not loaded."""
+
+
+def at_ingestion(on: bool) -> None:
+    """While on (a pytest session), this process leaves the library's lookups it has not kept to the
+    ingester: nothing loads it in the background (`warm_up`), and the recorder spools such a call
+    unpriced, marked `AT_INGESTION`, when nothing in the process reads its cost (`Recorder._call`)."""
+    _deferring["on"] = on
+
+
+def deferring() -> bool:
+    return _deferring["on"]
+
+
+@contextmanager
+def unloaded() -> Iterator[None]:
+    """Lookups inside answer from the kept lookups or the loaded library, else raise
+    `LibraryNotLoaded` rather than import the library (on this thread only)."""
+    _refusing.on = True
+    try:
+        yield
+    finally:
+        _refusing.on = False
 
 
 def _snapshot():
     """The library's bundled snapshot and version, imported once; None when it cannot be read."""
     if "snapshot" in _state or "failed" in _state:
         return _state.get("snapshot")
+    if getattr(_refusing, "on", False):
+        raise LibraryNotLoaded
     with _lock:
         if "snapshot" not in _state and "failed" not in _state:
             try:
@@ -78,7 +117,7 @@ def _snapshot():
 def warm_up() -> None:
     """Import the library on a daemon thread, so the first call a run prices does not wait for it,
     unless earlier lookups kept on disk (`use_lookups`) may spare it."""
-    if "snapshot" not in _state and "failed" not in _state and not _lookups["found"]:
+    if "snapshot" not in _state and "failed" not in _state and not _lookups["found"] and not _deferring["on"]:
         threading.Thread(target=_snapshot, name="workbench-prices", daemon=True).start()
 
 

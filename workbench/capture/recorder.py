@@ -17,11 +17,11 @@ from workbench.ids import new_id
 from workbench.capture import clock, semconv
 from workbench.insight import prefix
 from workbench.capture.runs import Run, current_run
-from workbench.capture.tracing import tracer
+from workbench.capture.tracing import spans_stored_only, tracer
 from workbench.config import Settings, load_settings_leniently, work_dir_of
 from workbench.errors import WorkbenchError
 from workbench.models import ModelRegistry, load_registry, registry
-from workbench.prices import use_lookups, warm_up
+from workbench.prices import AT_INGESTION, LibraryNotLoaded, deferring, unloaded, use_lookups, warm_up
 from workbench.store.spool import Spool, spool_for
 from workbench.wire import Call, Exchange, masked_call, parse_exchange, priced
 from workbench.wire.canonical import request_hash as hash_request
@@ -75,13 +75,22 @@ class Recorder:
             log.warning("workbench could not record a call: %s", exc, exc_info=True)
             return None
 
-    def _call(self, pending: Pending) -> Call:
+    def _call(self, pending: Pending, leave_library: bool = False) -> Call:
+        """The parsed, priced call. `leave_library`: no one in this process reads its cost, so a
+        price that would load the price library is left to the ingester (`AT_INGESTION`)."""
         exchange, error = pending.exchange()
         call = parse_exchange(exchange, self.settings.body_cap_bytes, hash_request=False)
         call.call_id = new_id()
         call.started_at, call.ended_at = _time(pending.started_ns), _time(pending.ended_ns)
         call.first_byte_at = _time(pending.first_byte_ns) if pending.first_byte_ns else None
-        priced(call, self.registry)  # at the price in force when the call started
+        if leave_library:
+            try:
+                with unloaded():
+                    priced(call, self.registry)  # at the price in force when the call started
+            except LibraryNotLoaded:
+                call.price_source = AT_INGESTION
+        else:
+            priced(call, self.registry)  # at the price in force when the call started
         call.replayed, call.cassette, call.request_hash = pending.replayed, pending.cassette, pending.request_hash
         call.resumed_from_call_id = pending.resumed_from_call_id
         # what the transport saw (a cut, an abandoned stream) explains a half body the parser could
@@ -99,8 +108,8 @@ class Recorder:
     def _finish(self, pending: Pending, call: Call | None) -> None:
         """On the spool thread: the call's span (started and ended at the call's own times, under
         the span that was current when it was sent), its request hash and its rows."""
-        if call is None:
-            call = self._call(pending)
+        if call is None:  # no run waits for it; its span carries its cost unless the store alone sees the span
+            call = self._call(pending, leave_library=deferring() and spans_stored_only())
         call = masked_call(call, self._credentials(pending))
         try:
             span = _span(pending, call)
@@ -139,7 +148,7 @@ class Recorder:
         row["tool_names"] = [tool.name for tool in call.tool_calls]
         self.spool.append("call", row)
         self.spool.append("call_body", body)
-        if call.price_source and call.price_source not in self._models_seen:
+        if call.price_source and call.price_source != AT_INGESTION and call.price_source not in self._models_seen:
             self._models_seen.add(call.price_source)
             sheet = self.registry.sheet_for(call)
             if sheet is not None:
@@ -215,6 +224,8 @@ def _span(pending: Pending, call: Call):
         })
     if call.cost_micros is not None:
         attributes[semconv.COST_MICROS] = call.cost_micros
+    elif call.price_source == AT_INGESTION:  # in its place: the ingester writes the cost there, or drops it
+        attributes[semconv.COST_MICROS] = AT_INGESTION
     if call.error_type:
         attributes[semconv.ERROR_TYPE] = call.error_type
     span = tracer().start_span(

@@ -149,6 +149,14 @@ def _otlp_processor() -> BatchSpanProcessor | None:
     return BatchSpanProcessor(OTLPSpanExporter())
 
 
+def spans_stored_only() -> bool:
+    """Whether Workbench's spans go to the store alone: its own provider, with no exporter and no
+    processor of the application's (which would see a span before the ingester completes it)."""
+    tracer()
+    processors = getattr(getattr(trace.get_tracer_provider(), "_active_span_processor", None), "_span_processors", ())
+    return len(processors) == 1 and isinstance(processors[0], StoreSpanProcessor)
+
+
 def tracer() -> trace.Tracer:
     """Workbench's tracer, set up once: joined to the application's SDK provider when it has one."""
     global _tracer

@@ -117,6 +117,11 @@ def _stand_by_ingester(config: pytest.Config) -> None:
     if config.stash.get(_STANDBY_ASKED, False):
         return
     config.stash[_STANDBY_ASKED] = True
+    from workbench.prices import at_ingestion
+
+    # the session's calls are priced by its ingester: the price library is not loaded in the tests' process
+    at_ingestion(True)
+    config.add_cleanup(functools.partial(at_ingestion, False))
     if not config.stash.get(_OWNS_PROCESS, False):
         return
     try:

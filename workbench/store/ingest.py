@@ -24,12 +24,13 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from workbench.config import is_lake, spool_dir_of
+from workbench.config import is_lake, spool_dir_of, work_dir_of
 from workbench.errors import WorkbenchError
 from workbench.locks import exclusive
 from workbench.store import lake, rollup
 from workbench.store.db import is_lock_error, open_store
 from workbench.store.frames import parse_frames, record_schemas, table_frame
+from workbench.store.pricing import priced_at_ingestion
 from workbench.store.records import TABLES
 
 # spool bytes per transaction: bounds memory (about 10x this at the peak) and the work a killed
@@ -46,6 +47,7 @@ INGEST_MEMORY_LIMIT = "64MB"
 MEMORY_RAISES = 2
 
 log = logging.getLogger("workbench.store")
+_work_dir: list[Path | None] = [None]  # the store's working folder: where the price lookups are kept
 # Derived data (cache verdicts, inferred compactions) is computed from each batch before it is
 # written, by the insight layer, which comes after the store in the import order: the store names
 # it here rather than importing it. `derive(con, frames)` returns the frames to write and the keys
@@ -258,6 +260,7 @@ def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None
     the rest stays in the spool for the next ingestion."""
     from contextlib import ExitStack
 
+    _work_dir[0] = work_dir_of(db_path)
     words = _words(fd)
     held = ExitStack()  # the ingest lock and the store, while drains follow each other
     con: duckdb.DuckDBPyConnection | None = None
@@ -352,6 +355,7 @@ def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
 def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset[str] = frozenset(),
                    own_process: bool = False) -> int | None:
     spool_dir = Path(spool_dir)
+    _work_dir[0] = work_dir_of(db_path)
     legacy = _legacy_spools(Path(db_path), spool_dir)
     if not spool_dir.is_dir() and not legacy:
         return 0
@@ -542,7 +546,7 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, chunks: list[_Chunk], moved: d
                                    chunk.data) for chunk in torn]
     data = b"".join(chunk.data for chunk in chunks)
     try:
-        frames = parse_frames(data, schemas) if data else {}
+        frames = priced_at_ingestion(con, parse_frames(data, schemas), _work_dir[0]) if data else {}
         return _commit_any(con, frames, moved, finished, quarantined, schemas)
     except Exception as exc:  # noqa: BLE001 - an odd value, a torn line, a refused record: look closer
         if _store_problem(exc):
@@ -658,7 +662,8 @@ def _frames_of(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]])
     by_kind: dict[str, list[dict]] = defaultdict(list)
     for record, _ in records:
         by_kind[record["kind"]].append(record["row"])
-    return {kind: table_frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()}
+    return priced_at_ingestion(con, {kind: table_frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()},
+                               _work_dir[0])
 
 
 def _isolate(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]]) -> tuple[int, list[dict]]:
