@@ -664,6 +664,53 @@ def test_every_http_library_records_then_replays_and_nothing_stays_patched_after
     assert weather.hits == 9 and len(fake_provider.requests) == 2
 
 
+# every logger first made on a thread other than the main one, with the thread's name, written at the end
+LOGGERS_MADE_OFF_THE_MAIN_THREAD = '''
+import json
+import logging
+import os
+import threading
+
+made = []
+_get_logger = logging.Manager.getLogger
+
+
+def get_logger(self, name):
+    new = not isinstance(self.loggerDict.get(name), logging.Logger)
+    logger = _get_logger(self, name)
+    if new and threading.current_thread() is not threading.main_thread():
+        made.append([name, threading.current_thread().name])
+    return logger
+
+
+logging.Manager.getLogger = get_logger
+
+
+def pytest_unconfigure(config):
+    with open(os.environ["LOGGERS_MADE"], "a") as file:
+        file.write(json.dumps(made) + "\\n")
+'''
+
+
+def test_no_workbench_thread_makes_a_logger_while_the_tests_run(inner, monkeypatch, fake_provider, weather, tmp_path):
+    """pytest enters each test phase by walking logging's table of loggers without logging's lock
+    (`_pytest.logging.catching_logs`): a logger first made meanwhile on one of Workbench's threads (a
+    library imported there makes its logger) failed a test with "dictionary changed size during
+    iteration". Recording and replaying, in processes of their own (a logger the outer session made
+    would hide it)."""
+    inner.makepyfile(test_libraries=LIBRARIES)
+    inner.makeconftest(LOGGERS_MADE_OFF_THE_MAIN_THREAD)
+    made = tmp_path / "loggers.jsonl"
+    monkeypatch.setenv("LOGGERS_MADE", str(made))
+    monkeypatch.setenv("WEATHER_URL", f"http://127.0.0.1:{weather.server_port}")
+    inner.runpytest_subprocess("--record-mode=once", "-p", "no:cacheprovider").assert_outcomes(passed=8)
+    inner.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=8)
+    sessions = [json.loads(line) for line in made.read_text().splitlines()]
+    assert len(sessions) == 2
+    assert [[(name, thread) for name, thread in session if thread.startswith("workbench")] for session in sessions] \
+        == [[], []], sessions
+
+
 def test_vcrpys_patches_are_entered_and_undone_as_use_cassette_does(tmp_path):
     """The attributes Workbench's cassette patches are those vcrpy's `use_cassette` patches, with
     replacements of the same kinds, and after either every attribute is as it was (an inherited
