@@ -46,6 +46,11 @@ from workbench.money import decimal_price
 log = logging.getLogger("workbench.prices")
 
 LIBRARY = "genai-prices"
+# the library makes this logger at its import, which may run on a background thread (the spool's, or
+# `warm_up`'s); made now, on the importing thread, the import adds nothing to logging's table of
+# loggers, which pytest walks without logging's lock as each test phase starts ("dictionary changed
+# size during iteration" failed a test otherwise)
+logging.getLogger(LIBRARY)
 # price keys whose usage calls never report (audio, images, web searches...): they add nothing to a
 # call's bill here, as in the library when their counters are zero
 _TOKEN_KEYS = ("input_mtok", "output_mtok", "cache_read_mtok", "cache_write_mtok", "cache_write_1h_mtok")

@@ -664,7 +664,9 @@ def test_every_http_library_records_then_replays_and_nothing_stays_patched_after
     assert weather.hits == 9 and len(fake_provider.requests) == 2
 
 
-# every logger first made on a thread other than the main one, with the thread's name, written at the end
+# every logger first made on a thread other than the main one, with the thread's name, written at the
+# end; with APP_SPANS set, the application's own OpenTelemetry provider and processor, as an app with
+# an exporter has (Workbench's spans then reach more than its store)
 LOGGERS_MADE_OFF_THE_MAIN_THREAD = '''
 import json
 import logging
@@ -685,6 +687,16 @@ def get_logger(self, name):
 
 logging.Manager.getLogger = get_logger
 
+if os.environ.get("APP_SPANS"):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    trace.set_tracer_provider(provider)
+
 
 def pytest_unconfigure(config):
     with open(os.environ["LOGGERS_MADE"], "a") as file:
@@ -692,16 +704,20 @@ def pytest_unconfigure(config):
 '''
 
 
-def test_no_workbench_thread_makes_a_logger_while_the_tests_run(inner, monkeypatch, fake_provider, weather, tmp_path):
+@pytest.mark.parametrize("app_spans", ["", "app spans"], ids=["store only", "app spans"])
+def test_no_workbench_thread_makes_a_logger_while_the_tests_run(inner, monkeypatch, fake_provider, weather, tmp_path,
+                                                                app_spans):
     """pytest enters each test phase by walking logging's table of loggers without logging's lock
-    (`_pytest.logging.catching_logs`): a logger first made meanwhile on one of Workbench's threads (a
-    library imported there makes its logger) failed a test with "dictionary changed size during
-    iteration". Recording and replaying, in processes of their own (a logger the outer session made
-    would hide it)."""
+    (`_pytest.logging.catching_logs`): a logger first made meanwhile on one of Workbench's threads (the
+    price library imported there makes its logger) failed a test with "dictionary changed size during
+    iteration". A project's first session, recording then replaying, in processes of their own (a
+    logger the outer session made would hide it); its calls priced by the ingester (spans only the
+    store sees) or in the session (the app's processor sees them too)."""
     inner.makepyfile(test_libraries=LIBRARIES)
     inner.makeconftest(LOGGERS_MADE_OFF_THE_MAIN_THREAD)
     made = tmp_path / "loggers.jsonl"
     monkeypatch.setenv("LOGGERS_MADE", str(made))
+    monkeypatch.setenv("APP_SPANS", app_spans)
     monkeypatch.setenv("WEATHER_URL", f"http://127.0.0.1:{weather.server_port}")
     inner.runpytest_subprocess("--record-mode=once", "-p", "no:cacheprovider").assert_outcomes(passed=8)
     inner.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=8)
