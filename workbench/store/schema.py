@@ -327,6 +327,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         # write of calls (workbench/store/rollup.py `CHANGES`); filled here from the calls stored
         f"{rollup.CHANGES.table_sql}\nINSERT INTO {rollup.CHANGES.table} {rollup.CHANGES.aggregate('calls')};",
     ),
+    (
+        "0018_cachetag_cache_run_rollup",
+        # the settled calls' cache use per run, UTC day, filter value, currency and price row, kept
+        # with every write of calls (workbench/store/rollup.py `CACHE_RUNS`): cache savings under a
+        # run name or tag sum it; filled here from the calls stored
+        f"{rollup.CACHE_RUNS.table_sql}\nINSERT INTO {rollup.CACHE_RUNS.table} {rollup.CACHE_RUNS.aggregate('calls')};",
+    ),
 ]
 
 
