@@ -4,8 +4,8 @@ key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUN
 run, and the spend cube of the calls a run name or tag selects; `CACHE_RUNS`, table
 `cache_run_rollup`: their cache use per price row, for cache savings), and the live calls' latencies
 counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`: the Overview's percentiles, within
-`LATENCY_ERROR`); the judged cache writes and those a later hit read (`WRITES`, `READS`: the prompt
-cache page's write fates), the changed prefixes (`CHANGES`: its changing regions) and each
+`LATENCY_ERROR`); the judged cache writes and those a later hit read (`WRITES`, `READS`, and per
+run `RUN_WRITES`, `RUN_READS`: the prompt cache page's write fates), the changed prefixes (`CHANGES`: its changing regions) and each
 compaction's later calls (`REACH`: the compaction page's saved tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
 every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
 answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
@@ -227,6 +227,10 @@ _WRITE_MEASURES = (
 )
 WRITES = Rollup("cache_write_rollup", _WRITE_KEYS, _WRITE_MEASURES)
 READS = Rollup("cache_read_rollup", _WRITE_KEYS, _WRITE_MEASURES, of="cache_reads")
+# the same per run as well (the writer's run), for the calls a run name or tag selects
+RUN_WRITES = Rollup("cache_write_run_rollup", (("run_id", "VARCHAR", "c.run_id"), *_WRITE_KEYS), _WRITE_MEASURES)
+RUN_READS = Rollup("cache_read_run_rollup", (("run_id", "VARCHAR", "c.run_id"), *_WRITE_KEYS), _WRITE_MEASURES,
+                   of="cache_reads")
 
 # The prompt cache page's changing prefixes (`queries.insight.changing_regions`): the calls judged
 # `prefix_changed` per UTC day, filter value and region that changed, with what their misses lost,
@@ -279,7 +283,7 @@ REACH = Rollup(
 # what a rollup of reads or compactions sums, as calls `c` (a read whose writer is not stored counts with null keys)
 _OF = {"cache_reads": lambda reads: f"(SELECT c.* FROM {reads} r LEFT JOIN calls c ON c.call_id = r.call_id)",
        "compactions": lambda _: _reach()}
-ROLLUPS = (DAILY, RUNS, TTFB, DURATION, WRITES, READS, REACH, CHANGES, CACHE_RUNS)
+ROLLUPS = (DAILY, RUNS, TTFB, DURATION, WRITES, READS, REACH, CHANGES, CACHE_RUNS, RUN_WRITES, RUN_READS)
 
 
 def recount_compactions(con: duckdb.DuckDBPyConnection, batch: str) -> None:
