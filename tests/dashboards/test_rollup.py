@@ -441,11 +441,12 @@ def test_under_a_run_name_or_tag_the_overviews_breakdowns_regroup_its_spend_cube
                 assert_frame_equal(q.spend_by(con, f, by), q.spend_by(con, f, by, raw=True), check_exact=True)
 
 
-def test_under_a_run_name_or_tag_cache_savings_sum_the_per_run_cache_rollup(tmp_path):
-    """A run name or tag, which the daily rollup cannot answer: with no long-context price tier (a
+def test_under_a_run_name_or_tag_cache_savings_and_write_fates_sum_per_run_rollups(tmp_path):
+    """A run name or tag, which the daily rollups cannot answer: with no long-context price tier (a
     call's tier is its own), cache savings sum the selected runs' rows of `rollup.CACHE_RUNS` (at
-    10,000,000 calls a sixth as many as their calls) instead of scanning every call, and show what
-    the calls show."""
+    10,000,000 calls a sixth as many as their calls) instead of scanning every call, the write fates
+    those of `RUN_WRITES` and `RUN_READS` instead of joining the calls with every cache read, inside
+    a page's scope or not; and they show what the calls show."""
     from workbench.store.queries import _base
 
     db = fx.build(tmp_path / "wb.duckdb", evals=False)
@@ -462,6 +463,16 @@ def test_under_a_run_name_or_tag_cache_savings_sum_the_per_run_cache_rollup(tmp_
             assert [rollup.CACHE_RUNS.table in sql for sql in statements] == [True], statements
             _same(shown, q.cache_savings(con, f, by, raw=True))
             calls += shown["calls"].sum()
+            for scoped in (False, True):
+                with scope(con, f) if scoped else contextlib.nullcontext():
+                    for now in NOWS:
+                        with mock.patch.object(_base, "_frame", wraps=_base._frame) as reads:
+                            fates = q.write_waste(con, f, now=now)
+                        statements = [call.args[1] for call in reads.call_args_list]
+                        assert [rollup.RUN_WRITES.table in sql and rollup.RUN_READS.table in sql
+                                for sql in statements] == [True], statements
+                        _same(fates, q.write_waste(con, f, raw=True, now=now))
+                        calls += fates["writes"].sum()
         assert calls > 0
 
 
