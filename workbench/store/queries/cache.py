@@ -69,7 +69,7 @@ def cache_savings(con: duckdb.DuckDBPyConnection, f: Filters, by: tuple[str, ...
               for source, sheet in sheets.items() if sheet.long_context}
     daily = not raw and not tiered and rolled_up(con, f)
     # a run name or tag: the selected runs' rows of the per-run rollup are a sixth of their calls at
-    # 10,000,000 calls, and fewer columns (cache savings under a tag: 0.33-0.47 s of CPU -> 0.15-0.18 s)
+    # 10,000,000 calls, and fewer columns (cache savings under a tag: 0.44 -> 0.19 s of CPU)
     per_run = (not raw and not tiered and not daily and f.run_level and runs_rolled_up(con, f)
                and scoped(con, f, "cache_runs_whole", lambda: rollup.whole(con, rollup.CACHE_RUNS)))
     allowed = {"prompt_id": "c.prompt_id", "prompt_version": "c.prompt_version",
