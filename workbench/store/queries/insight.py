@@ -161,8 +161,8 @@ def write_waste(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False,
     now = now or datetime.now(timezone.utc)
     daily = not raw and rolled_up(con, f) and scoped(con, f, "writes_whole", lambda: all(
         rollup.whole(con, spec) for spec in (rollup.WRITES, rollup.READS)))
-    # a run name or tag: the selected runs' rows of the per-run rollups instead of their calls, each
-    # write's fate looked up among every cache read (at 10,000,000 calls, under a tag: 0.52 -> 0.32 s of CPU)
+    # a run name or tag: the selected runs' rows of the per-run rollups, instead of their calls' judged
+    # writes each looked up among every cache read (at 10,000,000 calls, under a tag: 0.52 -> 0.32 s of CPU)
     per_run = (not raw and not daily and f.run_level and runs_rolled_up(con, f) and scoped(
         con, f, "run_writes_whole", lambda: all(rollup.whole(con, spec) for spec in (rollup.RUN_WRITES, rollup.RUN_READS))))
     if daily or per_run:
