@@ -468,6 +468,41 @@ def test_the_overviews_tables_read_after_its_headline_take_the_spend_cube_it_kep
             _frames_equal(shared, q.overview_page(con, f))
 
 
+def test_under_a_run_name_or_tag_cache_savings_and_write_fates_sum_per_run_rollups(tmp_path):
+    """A run name or tag, which the daily rollups cannot answer: with no long-context price tier (a
+    call's tier is its own), cache savings sum the selected runs' rows of `rollup.CACHE_RUNS` (at
+    10,000,000 calls a sixth as many as their calls) instead of scanning every call, the write fates
+    those of `RUN_WRITES` and `RUN_READS` instead of joining the calls with every cache read, inside
+    a page's scope or not; and they show what the calls show."""
+    from workbench.store.queries import _base
+
+    db = fx.build(tmp_path / "wb.duckdb", evals=False)
+    with open_store(db) as con:
+        con.execute("UPDATE models SET spec = $spec WHERE id = 'beta'",
+                    {"spec": fx.BETA.model_copy(update={"long_context": []}).model_dump_json()})
+    by = ("prompt_id", "prompt_version", "model")
+    with open_store(db, read_only=True) as con:
+        calls = 0
+        for f in (f for f in PART_FILTERS if f.run_level):
+            with mock.patch.object(_base, "_frame", wraps=_base._frame) as reads:
+                shown = q.cache_savings(con, f, by)
+            statements = [call.args[1] for call in reads.call_args_list]
+            assert [rollup.CACHE_RUNS.table in sql for sql in statements] == [True], statements
+            _same(shown, q.cache_savings(con, f, by, raw=True))
+            calls += shown["calls"].sum()
+            for scoped in (False, True):
+                with scope(con, f) if scoped else contextlib.nullcontext():
+                    for now in NOWS:
+                        with mock.patch.object(_base, "_frame", wraps=_base._frame) as reads:
+                            fates = q.write_waste(con, f, now=now)
+                        statements = [call.args[1] for call in reads.call_args_list]
+                        assert [rollup.RUN_WRITES.table in sql and rollup.RUN_READS.table in sql
+                                for sql in statements] == [True], statements
+                        _same(fates, q.write_waste(con, f, raw=True, now=now))
+                        calls += fates["writes"].sum()
+        assert calls > 0
+
+
 _TAG_PAIRS = st.tuples(st.sampled_from(["env", "a", "a=b", "team", ""]), st.sampled_from(["prod", "c", "b=c", "", "x y"]))
 
 

@@ -1,10 +1,11 @@
 """The rollups of calls: the calls summed per UTC day and per value of every call-level filter and
 key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUNS`, table
 `call_run_rollup`: the runs' own sums, first and last moments, for what the pages aggregate by
-run, and the spend cube of the calls a run name or tag selects), and the live calls' latencies
+run, and the spend cube of the calls a run name or tag selects; `CACHE_RUNS`, table
+`cache_run_rollup`: their cache use per price row, for cache savings), and the live calls' latencies
 counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`: the Overview's percentiles, within
-`LATENCY_ERROR`); the judged cache writes and those a later hit read (`WRITES`, `READS`: the prompt
-cache page's write fates), the changed prefixes (`CHANGES`: its changing regions) and each
+`LATENCY_ERROR`); the judged cache writes and those a later hit read (`WRITES`, `READS`, and per
+run `RUN_WRITES`, `RUN_READS`: the prompt cache page's write fates), the changed prefixes (`CHANGES`: its changing regions) and each
 compaction's later calls (`REACH`: the compaction page's saved tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
 every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
 answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
@@ -162,6 +163,20 @@ RUNS = Rollup(
      ("replayed_cost_micros", "sum(c.cost_micros) FILTER (WHERE c.replayed)", "sum")),
 )
 
+# per run, day, filter value, currency and price row: the settled calls' cache use that cache savings
+# price (`queries.cache.cache_savings`) when a run name or tag selects the calls (the daily rollup
+# cannot answer one). Its own table, not `RUNS`' keys: the Overview's cube reads `RUNS`, and the price
+# row is the key that sheet's savings are priced by (1.57M rows at 10,000,000 calls, as `RUNS`)
+CACHE_RUNS = Rollup(
+    "cache_run_rollup",
+    (("run_id", "VARCHAR", "c.run_id"), ("day_n", "INTEGER", _DAY), *_DIMENSIONS,
+     ("replayed", "BOOLEAN", "coalesce(c.replayed, false)"), ("currency", "VARCHAR", "c.currency"),
+     ("price_source", "VARCHAR", "c.price_source")),
+    tuple((name, dict(MEASURES)[name], "sum") for name in (
+        "calls", "settled", "hit_calls", "settled_input_tokens", "settled_cache_read_tokens",
+        "settled_cache_write_tokens", "settled_cache_write_1h_tokens")),
+)
+
 # The latency of live calls per UTC month, filter value and log-spaced bucket of the time to first
 # byte (`TTFB`) and of the duration (`DURATION`): the Overview's percentiles read these few rows
 # instead of ranking every call (`queries.ledger`). A bucket of `GROWTH` holds the latencies in
@@ -212,6 +227,10 @@ _WRITE_MEASURES = (
 )
 WRITES = Rollup("cache_write_rollup", _WRITE_KEYS, _WRITE_MEASURES)
 READS = Rollup("cache_read_rollup", _WRITE_KEYS, _WRITE_MEASURES, of="cache_reads")
+# the same per run as well (the writer's run), for the calls a run name or tag selects
+RUN_WRITES = Rollup("cache_write_run_rollup", (("run_id", "VARCHAR", "c.run_id"), *_WRITE_KEYS), _WRITE_MEASURES)
+RUN_READS = Rollup("cache_read_run_rollup", (("run_id", "VARCHAR", "c.run_id"), *_WRITE_KEYS), _WRITE_MEASURES,
+                   of="cache_reads")
 
 # The prompt cache page's changing prefixes (`queries.insight.changing_regions`): the calls judged
 # `prefix_changed` per UTC day, filter value and region that changed, with what their misses lost,
@@ -264,7 +283,7 @@ REACH = Rollup(
 # what a rollup of reads or compactions sums, as calls `c` (a read whose writer is not stored counts with null keys)
 _OF = {"cache_reads": lambda reads: f"(SELECT c.* FROM {reads} r LEFT JOIN calls c ON c.call_id = r.call_id)",
        "compactions": lambda _: _reach()}
-ROLLUPS = (DAILY, RUNS, TTFB, DURATION, WRITES, READS, REACH, CHANGES)
+ROLLUPS = (DAILY, RUNS, TTFB, DURATION, WRITES, READS, REACH, CHANGES, CACHE_RUNS, RUN_WRITES, RUN_READS)
 
 
 def recount_compactions(con: duckdb.DuckDBPyConnection, batch: str) -> None:

@@ -327,6 +327,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         # write of calls (workbench/store/rollup.py `CHANGES`); filled here from the calls stored
         f"{rollup.CHANGES.table_sql}\nINSERT INTO {rollup.CHANGES.table} {rollup.CHANGES.aggregate('calls')};",
     ),
+    (
+        "0018_cachetag_cache_run_rollups",
+        # per run, UTC day, filter value and currency: the settled calls' cache use per price row, the
+        # judged cache writes and those a later hit read, kept with every write of calls and cache reads
+        # (workbench/store/rollup.py `CACHE_RUNS`, `RUN_WRITES`, `RUN_READS`): the prompt cache page's
+        # savings and write fates under a run name or tag sum them; filled here from what is stored
+        "\n".join(f"{spec.table_sql}\nINSERT INTO {spec.table} {spec.aggregate(spec.source)};"
+                  for spec in (rollup.CACHE_RUNS, rollup.RUN_WRITES, rollup.RUN_READS)),
+    ),
 ]
 
 

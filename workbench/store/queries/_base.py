@@ -279,9 +279,10 @@ def runs_rolled_up(con: duckdb.DuckDBPyConnection, f: Filters) -> bool:
     return scoped(con, f, "runs_whole", lambda: rollup.whole(con, rollup.RUNS))
 
 
-def _rrq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
-    """`body` over `fc`: the per-run rollup's rows of the calls `f` selects (see `runs_rolled_up`).
-    (A page reads them once: its spend cube, which the breakdowns beside it regroup.)"""
+def _rrq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None,
+         spec: rollup.Rollup = rollup.RUNS) -> pl.DataFrame:
+    """`body` over `fc`: the rows of per-run rollup `spec` of the calls `f` selects (see `runs_rolled_up`).
+    (A page reads `RUNS`' once: its spend cube, which the breakdowns beside it regroup.)"""
     built = _Sql(f)
     prepared, ctes = in_scope(con, f), []
     preds = built.day_predicates() + built.call_predicates(model="c.model")
@@ -289,7 +290,7 @@ def _rrq(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str,
         if not prepared:
             ctes.append(built._selected_runs())
         preds.append(f"c.run_id IN (SELECT run_id FROM {'_wb_sel_runs' if prepared else 'sel_runs'})")
-    ctes.append(f"fc AS (SELECT * FROM call_run_rollup c WHERE {' AND '.join(preds) or 'true'})")
+    ctes.append(f"fc AS (SELECT * FROM {spec.table} c WHERE {' AND '.join(preds) or 'true'})")
     return _frame(con, "WITH RECURSIVE " + ",\n".join(ctes) + "\n" + body, {**built.params, **(extra or {})})
 
 

@@ -9,7 +9,8 @@ import duckdb
 import polars as pl
 
 from workbench.store import rollup
-from workbench.store.queries._base import Filters, _MODEL, _Sql, _frame, _q, _rq, rolled_up, scoped
+from workbench.store.queries._base import (Filters, _MODEL, _Sql, _frame, _q, _rq, in_scope, rolled_up, runs_rolled_up,
+                                           scoped)
 
 # -- read while a batch is judged (workbench/insight/ingest.py) -----------------------------------
 
@@ -154,18 +155,30 @@ def write_waste(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False,
     """Cache writes by fate: `read` (a later hit read it), `wasted` (its life ended unread before
     `now`), `alive` (unread, still in its life, or with no end of life recorded). Tokens and what
     the writes cost, per currency. From the rollups of writes and reads (`rollup.WRITES`, `READS`)
-    when they can answer `f` (as `rolled_up`), unless `raw`: the same figures. Only the writes
-    still alive at `now` are read from the calls (those of the last day, at most, on a live store)."""
+    when they can answer `f` (as `rolled_up`), else under a run name or tag from their per-run
+    forms (`RUN_WRITES`, `RUN_READS`, as `runs_rolled_up`), unless `raw`: the same figures. Only the
+    writes still alive at `now` are read from the calls (those of the last day, at most, on a live store)."""
     now = now or datetime.now(timezone.utc)
-    if not raw and rolled_up(con, f) and scoped(con, f, "writes_whole", lambda: all(
-            rollup.whole(con, spec) for spec in (rollup.WRITES, rollup.READS))):
+    daily = not raw and rolled_up(con, f) and scoped(con, f, "writes_whole", lambda: all(
+        rollup.whole(con, spec) for spec in (rollup.WRITES, rollup.READS)))
+    # a run name or tag: the selected runs' rows of the per-run rollups, instead of their calls' judged
+    # writes each looked up among every cache read (at 10,000,000 calls, under a tag: 0.52 -> 0.32 s of CPU)
+    per_run = (not raw and not daily and f.run_level and runs_rolled_up(con, f) and scoped(
+        con, f, "run_writes_whole", lambda: all(rollup.whole(con, spec) for spec in (rollup.RUN_WRITES, rollup.RUN_READS))))
+    if daily or per_run:
         built = _Sql(f)
-        preds = " AND ".join(built.day_predicates() + built.call_predicates(model="c.model")) or "true"
+        preds = built.day_predicates() + built.call_predicates(model="c.model")
+        if per_run:  # the run set `_q`'s head makes (or the scope's)
+            preds.append(f"c.run_id IN (SELECT run_id FROM {'_wb_sel_runs' if in_scope(con, f) else 'sel_runs'})")
+        # the rows of no judged write (most of them: the rollups count every call) add nothing, and
+        # are left out before the run set is looked up (at 10M calls under a tag: ~60 ms of CPU a rollup)
+        preds = " AND ".join(["c.writes > 0", *preds])
+        writes, reads = (rollup.WRITES, rollup.READS) if daily else (rollup.RUN_WRITES, rollup.RUN_READS)
         sums = "c.currency, c.expiring, c.writes, c.write_tokens, c.write_micros"
         return _q(con, f, f"""
             , measured AS (
-                SELECT {sums}, 1 AS sign FROM cache_write_rollup c WHERE {preds}
-                UNION ALL SELECT {sums}, -1 AS sign FROM cache_read_rollup c WHERE {preds}),
+                SELECT {sums}, 1 AS sign FROM {writes.table} c WHERE {preds}
+                UNION ALL SELECT {sums}, -1 AS sign FROM {reads.table} c WHERE {preds}),
             unread AS (
                 SELECT currency, expiring, sum(sign * writes) AS writes, sum(sign * write_tokens) AS write_tokens,
                        sum(sign * write_micros) AS write_micros FROM measured GROUP BY ALL),
