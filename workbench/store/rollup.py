@@ -2,14 +2,15 @@
 key the pages group by (`DAILY`, table `call_rollup`), and per run as well (`RUNS`, table
 `call_run_rollup`: the runs' own sums, first and last moments, for what the pages aggregate by
 run, and the spend cube of the calls a run name or tag selects; `CACHE_RUNS`, table
-`cache_run_rollup`: their cache use per price row, for cache savings), and the live calls' latencies
-counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`: the Overview's percentiles, within
-`LATENCY_ERROR`); the judged cache writes and those a later hit read (`WRITES`, `READS`, and per
-run `RUN_WRITES`, `RUN_READS`: the prompt cache page's write fates), the changed prefixes (`CHANGES`: its changing regions) and each
-compaction's later calls (`REACH`: the compaction page's saved tokens). The pages read their figures from them (a few rows per day, or per run) instead of scanning
-every call; `workbench.store.queries` falls back to the calls themselves whenever a filter cannot be
-answered from them (a moment that is not a UTC midnight; for the daily rollup, a run name or tag)
-or a rollup does not count every stored call.
+`cache_run_rollup`: their cache use per price row, for cache savings), and the live calls'
+latencies counted per UTC month and log-spaced bucket (`TTFB`, `DURATION`: the Overview's
+percentiles, within `LATENCY_ERROR`); the judged cache writes and those a later hit read
+(`WRITES`, `READS`, and per run `RUN_WRITES`, `RUN_READS`: the prompt cache page's write fates),
+the changed prefixes (`CHANGES`: its changing regions) and each compaction's later calls (`REACH`:
+the compaction page's saved tokens). The pages read their figures from them (a few rows per day,
+or per run) instead of scanning every call; `workbench.store.queries` falls back to the calls
+themselves whenever a filter cannot be answered from them (a moment that is not a UTC midnight;
+for the daily rollup, a run name or tag) or a rollup does not count every stored call.
 
 They never disagree with the calls: every write of calls (`ingest.write_frame`: ingest, `store
 copy`, the lake) folds its *new* calls into them in the same transaction (a write of cache reads
