@@ -6,7 +6,9 @@ transaction as the batch's rows: its live entries (each with the call that made 
 life) and the order key of the latest call judged. What else a later call is judged against (the
 latest call per prefix, region and lead shape; each run's calls for compactions) is the stored calls
 of the last cache life, read back only when a process does not hold the state already: the one
-that wrote it keeps it in memory, known by the version it wrote.
+that wrote it keeps it in memory, known by the version it wrote, with the calls of its latest runs
+only (an eval's every case is a run); a run let go is read back when a later batch goes on with it
+(`recall`).
 
 A batch whose calls are not all later than its lineage's state (traffic that arrives out of clock
 order: several recording processes, a late spool) is judged by the replay instead, and its state
