@@ -151,3 +151,41 @@ def test_a_batch_older_than_its_lineage_state_is_replayed(tmp_path):
     late = _derived(db)
     assert {name: rows for name, rows in late.items() if name != "reads"} == {
         name: rows for name, rows in whole.items() if name != "reads"}
+
+
+
+def test_a_long_stream_of_runs_holds_a_bounded_state_and_a_run_let_go_is_read_back(tmp_path):
+    """An eval's every case is a run: the state carried from batch to batch holds the calls of the
+    latest runs only, however many went by, and a run it let go that goes on (here: compacts its
+    history after 600 other runs) is read back from the store, with the rows of one batch."""
+    calls, at = [], START
+    history = [{"role": "system", "content": SYSTEM}]
+    for turn in range(4):
+        history.append({"role": "user", "content": f"Question {turn}: where is it?"})
+        calls.append(_call(list(history), at, 1500 if turn else 0, "conversation"))
+        history.append({"role": "assistant", "content": ANSWER + f" ({turn})"})
+        at += timedelta(seconds=20)
+    for case in range(600):
+        calls.append(_call([history[0], {"role": "user", "content": f"Case {case}: where is it?"}], at, 1500,
+                           f"case-{case}"))
+        at += timedelta(milliseconds=100)
+    # the conversation goes on, its history compacted into a summary: compared with its last call
+    calls.append(_call([history[0], {"role": "user", "content": SUMMARY}, *history[-2:],
+                        {"role": "user", "content": "And now?"}], at, 1500, "conversation"))
+    whole = _ingest(tmp_path / "whole", calls, len(calls))
+    # compared with its last call before, 600 runs earlier
+    assert [row[-5:-3] for row in whole["compactions"]] == [(calls[3][1][1]["call_id"], calls[-1][1][1]["call_id"])]
+    assert {verdict for _, verdict, *_ in whole["verdicts"]} == {"cold", "hit"}
+
+    db, spool_dir = tmp_path / "stream" / "wb.duckdb", tmp_path / "stream" / "spool"
+    spool = Spool(db, spool_dir, flush_interval_s=3600)
+    held = []
+    for start in range(0, len(calls), 50):
+        for records in calls[start:start + 50]:
+            for kind, row in records:
+                spool.append(kind, row)
+        spool.flush(ingest=False)
+        ingest_spools(db, spool_dir)
+        held.append(max(sum(len(run) for run in state.runs.values()) for state in carried._held.values()))
+    assert max(held) <= 300 < len(calls)  # calls of runs held between batches (every run's, 605, before)
+    assert _derived(db) == whole

@@ -6,7 +6,9 @@ transaction as the batch's rows: its live entries (each with the call that made 
 life) and the order key of the latest call judged. What else a later call is judged against (the
 latest call per prefix, region and lead shape; each run's calls for compactions) is the stored calls
 of the last cache life, read back only when a process does not hold the state already: the one
-that wrote it keeps it in memory, known by the version it wrote.
+that wrote it keeps it in memory, known by the version it wrote, with the calls of its latest runs
+only (an eval's every case is a run); a run let go is read back when a later batch goes on with it
+(`recall`).
 
 A batch whose calls are not all later than its lineage's state (traffic that arrives out of clock
 order: several recording processes, a late spool) is judged by the replay instead, and its state
@@ -21,7 +23,7 @@ from datetime import datetime, timezone
 import orjson
 import polars as pl
 
-from workbench.insight.verdicts import CacheEntry, Judged, Lineage
+from workbench.insight.verdicts import CacheEntry, Judged, Lineage, latest, order
 from workbench.store.queries import insight as q
 
 # states this process wrote, by version; a few hundred lineages (an eval replay is one) at most
@@ -64,8 +66,25 @@ def load(con, lineages: list[str], history) -> dict[str, Lineage]:
                          for key, alive_until, writer in orjson.loads(entries.get(lineage) or "[]")}
         state.last = (row["last_clock"], row["last_started"], row["last_call_id"])
         state.ttl_us = row["ttl_us"]
+        state.since = row["last_clock"] - row["ttl_us"]
         states[lineage] = state
     return states
+
+
+def recall(state: Lineage, lineage: str, calls: list[Judged], history) -> None:
+    """Read back from the store the calls the state let go of (`Lineage.prune`) of the runs these
+    calls go on: what it would hold had it kept every run. `history(lineages, since µs, runs)`: the
+    stored calls of those runs."""
+    if not state.let_go:
+        return
+    runs = sorted({call.run_id for call in calls if call.run_id is not None} - state.runs.keys())
+    if not runs:
+        return
+    found: dict[str, list[Judged]] = {}
+    for _, call in history([lineage], state.since, runs):
+        found.setdefault(call.run_id, []).append(call)
+    for run, run_calls in found.items():
+        state.runs[run] = latest(sorted(run_calls, key=order), state.since)
 
 
 def saved(states: dict[str, Lineage]) -> pl.DataFrame:
@@ -85,4 +104,4 @@ def saved(states: dict[str, Lineage]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=SCHEMA)
 
 
-__all__ = ["load", "micros_time", "saved"]
+__all__ = ["load", "micros_time", "recall", "saved"]

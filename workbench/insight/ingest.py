@@ -101,8 +101,8 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     for row in batch.values():
         by_lineage[row["lineage"]].append(_judged(row, specs, minimums, judge=True))
 
-    def history(lineages: list[str], since: int) -> list[tuple[str, Judged]]:
-        rows = q.lineage_history(con, lineages, carried.micros_time(since)).iter_rows(named=True)
+    def history(lineages: list[str], since: int, runs: list[str] | None = None) -> list[tuple[str, Judged]]:
+        rows = q.lineage_history(con, lineages, carried.micros_time(since), runs).iter_rows(named=True)
         return [(row["lineage"], _judged(row, specs, minimums, judge=False)) for row in rows
                 if row["call_id"] not in batch]
 
@@ -119,10 +119,11 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
         for lineage, call in history(replayed, since):
             stored[lineage].append(call)
         for lineage in replayed:
-            states[lineage] = Lineage()
+            states[lineage] = Lineage(since=since)
             states[lineage].replay(stored[lineage] + by_lineage[lineage])
     for lineage, lineage_calls in by_lineage.items():
         if lineage not in replayed:
+            carried.recall(states[lineage], lineage, lineage_calls, history)
             states[lineage].replay(lineage_calls)
     mine = {call.call_id: call for lineage_calls in by_lineage.values() for call in lineage_calls}
     _expire_older(con, by_lineage, replayed, since)

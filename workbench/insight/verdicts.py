@@ -53,6 +53,10 @@ HIT, COLD, EXPIRED, CHANGED, BELOW, NOT_REQUESTED, UNEXPLAINED = (
 VERDICTS = (HIT, COLD, EXPIRED, CHANGED, BELOW, NOT_REQUESTED, UNEXPLAINED)
 _US = 1_000_000
 RUN_LOOKBACK = 64  # earlier calls with the same lead a compaction's first call is compared with
+# runs whose calls a lineage's state holds between batches, the latest touched: an eval's every case is
+# a run, so holding them all grows with the eval; a run let go is read back from the store when a later
+# batch brings a call of it (`workbench.insight.carried.recall`)
+RUNS_KEPT = 256
 
 # the shortest prefix each provider caches, by model name (first match); a registry row's
 # `cache_min_tokens` wins. Anthropic documents 1024-4096 by model; OpenAI 1024.
@@ -148,6 +152,8 @@ class Lineage:
     runs: dict[str | None, list[Judged]] = field(default_factory=dict)  # each run's calls, in clock order
     last: tuple[int, int, str] | None = None  # the order key of the latest call replayed
     ttl_us: int = 0  # the longest entry life among the calls replayed
+    since: int | None = None  # µs: every call of a run from this clock on is in `runs`, or was let go
+    let_go: bool = False  # some runs' calls were let go (`prune`): a batch's run not in `runs` may be stored
 
     def replay(self, calls: list[Judged]) -> None:
         for call in sorted(calls, key=order):
@@ -184,30 +190,44 @@ class Lineage:
     def prune(self) -> None:
         """Forget what no later call can be judged against: calls and entries more than the longest
         life before the latest call (a prefix_changed compares within a life; an entry dead that long
-        is looked up in the store by the call that made it). Every call kept is judged no more."""
+        is looked up in the store by the call that made it), and the calls of all but the RUNS_KEPT
+        runs with the latest calls (read back from the store when their run goes on). Every call kept
+        is judged no more."""
         if self.last is None:
             return
         since = self.last[0] - self.ttl_us
+        self.since = since if self.since is None else max(self.since, since)
         self.entries = {key: entry for key, entry in self.entries.items() if entry.alive_until >= since}
         self.by_prefix = {key: call for key, call in self.by_prefix.items() if call.clock >= since}
         self.by_block = {key: call for key, call in self.by_block.items() if call.clock >= since}
         self.by_lead = {key: call for key, call in self.by_lead.items() if call.clock >= since}
         runs = {}
         for run, calls in self.runs.items():
-            # a compaction looks back at the latest 64 calls of its run with its lead: no more are kept
-            seen: dict[tuple[int, ...], int] = defaultdict(int)
-            kept = []
-            for call in reversed(calls):
-                lead = tuple(call.fp.blocks[:call.fp.lead])
-                seen[lead] += 1
-                if call.clock >= since and seen[lead] <= RUN_LOOKBACK:
-                    kept.append(call)
-            kept.reverse()
+            kept = latest(calls, since)
             if kept:
                 runs[run] = kept
                 for call in kept:
                     call.judge = False
+        # calls outside any run are one group per lineage, a cache life of it at most: always kept
+        ranked = sorted((run for run in runs if run is not None), key=lambda run: order(runs[run][-1]), reverse=True)
+        for run in ranked[RUNS_KEPT:]:
+            del runs[run]
+            self.let_go = True
         self.runs = runs
+
+
+def latest(calls: list[Judged], since: int) -> list[Judged]:
+    """A run's calls (in clock order) a later call of it can be compared with: from `since` on, and
+    the latest RUN_LOOKBACK with each lead (a compaction looks back no further)."""
+    seen: dict[tuple[int, ...], int] = defaultdict(int)
+    kept = []
+    for call in reversed(calls):
+        lead = tuple(call.fp.blocks[:call.fp.lead])
+        seen[lead] += 1
+        if call.clock >= since and seen[lead] <= RUN_LOOKBACK:
+            kept.append(call)
+    kept.reverse()
+    return kept
 
 
 def order(call: Judged) -> tuple[int, int, str]:
@@ -321,4 +341,4 @@ def price_write(call: Judged) -> None:
         call.expires = call.clock + call.fp.ttl_s * _US
 
 
-__all__ = ["Judged", "Lineage", "VERDICTS", "expire_older", "minimum_tokens", "older_wanted", "order", "price_write"]
+__all__ = ["Judged", "Lineage", "VERDICTS", "expire_older", "latest", "minimum_tokens", "older_wanted", "order", "price_write"]

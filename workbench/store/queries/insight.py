@@ -15,18 +15,21 @@ from workbench.store.queries._base import (Filters, _MODEL, _Sql, _frame, _q, _r
 # -- read while a batch is judged (workbench/insight/ingest.py) -----------------------------------
 
 
-def lineage_history(con: duckdb.DuckDBPyConnection, lineages: list[str], since: datetime) -> pl.DataFrame:
+def lineage_history(con: duckdb.DuckDBPyConnection, lineages: list[str], since: datetime,
+                    runs: list[str] | None = None) -> pl.DataFrame:
     """The stored calls of these lineages from `since` on (the provider's clock), with their prefixes
-    and usage: the timeline a batch's calls are judged against. Times in µs since the epoch."""
-    return _frame(con, """
+    and usage: the timeline a batch's calls are judged against (`runs`: only those runs' calls).
+    Times in µs since the epoch."""
+    return _frame(con, f"""
         SELECT p.call_id, p.lineage, epoch_us(p.clock_at) AS clock, epoch_us(c.started_at) AS started, c.run_id,
                coalesce(c.settled, false) AS settled, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
                c.cache_write_1h_tokens, c.output_tokens, c.cost_micros, c.price_source,
                coalesce(c.model_requested, c.model_served) AS model, p.blocks, p.sizes, p.kinds, p.marks, p.lead, p.base,
                p.explicit, p.ttl_s, p.scope, p.keys
         FROM call_prefixes p JOIN calls c USING (call_id)
-        WHERE list_contains($lineages, p.lineage) AND p.clock_at >= $since""",
-                  {"lineages": lineages, "since": since})
+        WHERE list_contains($lineages, p.lineage) AND p.clock_at >= $since
+              {'AND list_contains($runs, c.run_id)' if runs is not None else ''}""",
+                  {"lineages": lineages, "since": since} | ({"runs": runs} if runs is not None else {}))
 
 
 def older_entries(con: duckdb.DuckDBPyConnection, lineages: list[str], keys: list[int],
