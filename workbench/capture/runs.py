@@ -160,11 +160,12 @@ def _full_cost(billed) -> int | None:
     return billed.cost_micros + billed.replayed_cost_micros
 
 
-def _priced(billed, call: Call, replayed: bool) -> None:
-    """Add a priced call's exact cost to a running `_Tally`, in its own currency (its counts are in already)."""
+def _other_currency(billed, call: Call, replayed: bool) -> None:
+    """Add to a running `_Tally` a priced call whose currency is not its main one (or the first priced
+    call, whose currency becomes the main one); its counts are in already."""
     currency = call.currency or "USD"
-    if billed.calls - billed.unpriced_calls + billed.replayed_calls - billed.replayed_unpriced_calls == 1:
-        billed.currency = currency  # the run's first priced call names its main currency
+    if billed.currency is None:  # the run's first priced call names its main currency
+        billed.currency = currency
     if currency == billed.currency:
         if replayed:
             billed.replayed_cost_micros += call.cost_micros
@@ -183,10 +184,11 @@ def _priced(billed, call: Call, replayed: bool) -> None:
 
 
 # a run's running bill: `Billed`'s fields as plain slots (a model's checked attribute set would cost
-# ten times as much on every call)
+# ten times as much on every call); its `currency` is None until a call is priced
 _Tally = make_dataclass(
     "_Tally", [(name, info.annotation, field(default_factory=dict) if name == "other_currencies"
-                else field(default=info.default)) for name, info in Billed.model_fields.items()],
+                else field(default=None if name == "currency" else info.default))
+               for name, info in Billed.model_fields.items()],
     slots=True,
 )
 
@@ -228,7 +230,8 @@ class Run:
         with self._lock:
             tally = self._billed
             # the parts copied: the tally goes on adding to its own
-            return Billed(**{name: getattr(tally, name) for name in _Tally.__slots__ if name != "other_currencies"},
+            return Billed(**{name: getattr(tally, name) for name in _Tally.__slots__
+                             if name not in ("currency", "other_currencies")}, currency=tally.currency or "USD",
                           other_currencies={currency: part.model_copy() for currency, part in tally.other_currencies.items()})
 
     @property
@@ -249,8 +252,10 @@ class Run:
                 billed.replayed_calls += 1
                 if call.cost_micros is None:
                     billed.replayed_unpriced_calls += 1
+                elif call.currency == billed.currency:
+                    billed.replayed_cost_micros += call.cost_micros
                 else:
-                    _priced(billed, call, replayed=True)
+                    _other_currency(billed, call, replayed=True)
             elif call.settled:
                 usage = call.usage
                 billed.input_tokens += usage.input_tokens
@@ -261,8 +266,10 @@ class Run:
                 billed.calls += 1
                 if call.cost_micros is None:
                     billed.unpriced_calls += 1
+                elif call.currency == billed.currency:  # the main currency's, the usual case: added here
+                    billed.cost_micros += call.cost_micros
                 else:
-                    _priced(billed, call, replayed=False)
+                    _other_currency(billed, call, replayed=False)
             elif call.http_status is None or call.http_status < 400:
                 billed.unsettled += 1  # an HTTP error answered and was not billed
 
@@ -294,9 +301,10 @@ class Run:
                 for name in (
                     "input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens",
                     "reasoning_tokens", "cost_micros", "unpriced_calls", "calls", "unsettled", "replayed_calls",
-                    "replayed_cost_micros", "replayed_unpriced_calls", "currency",
+                    "replayed_cost_micros", "replayed_unpriced_calls",
                 )
             },
+            "billed_currency": (billed.currency or "USD") if bill else None,
             # money priced in other currencies than `billed_currency`, never added to it (`Billed`)
             "billed_other_currencies": orjson.dumps(
                 {currency: part.model_dump() for currency, part in list(billed.other_currencies.items())},

@@ -193,7 +193,7 @@ def run_choices(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 300) ->
         , latest AS (SELECT * FROM fr r WHERE r.parent_run_id IS NULL ORDER BY r.started_at DESC, r.run_id LIMIT $limit),
           bills AS ({bills("latest")})
         SELECT r.run_id, r.name, r.status, r.started_at, {RUN_MONEY}
-        FROM latest r JOIN bills b USING (run_id) ORDER BY r.started_at DESC, r.run_id, b.main DESC, b.currency""",
+        FROM bills r ORDER BY r.started_at DESC, r.run_id, r.main DESC, r.currency""",
         {"limit": limit}))
 
 
@@ -354,7 +354,7 @@ def prompt_runs_for_cases(con: duckdb.DuckDBPyConnection, prompt_id: str, since:
             SELECT * FROM cand WHERE run_id NOT IN (SELECT parent_run_id FROM cand WHERE parent_run_id IS NOT NULL)
               AND ($include_evals OR run_id NOT IN (SELECT run_id FROM eval_traffic))),
         last_call AS (
-            SELECT c.run_id, c.replayed, b.output_text, b.tool_calls,
+            SELECT c.run_id, c.replayed, r.output_text, r.tool_calls,
                    row_number() OVER (PARTITION BY c.run_id ORDER BY c.started_at DESC, c.call_id DESC) AS n
             FROM calls c JOIN call_bodies b USING (call_id)
             WHERE c.settled AND c.run_id IN (SELECT run_id FROM leaf)),

@@ -182,10 +182,10 @@ def top_run_names(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -
     """Top-level runs grouped by name and currency, by billed cost (a bill covers the runs inside it)."""
     return unknown_when_unpriced(_q(con, f, f"""
         , top AS (SELECT * FROM fr WHERE parent_run_id IS NULL), bills AS ({bills("top")})
-        SELECT r.name, b.currency, count(*) FILTER (WHERE b.main) AS runs,
-               count(*) FILTER (WHERE b.main AND r.status = 'failed') AS failed, {_BILL_MONEY}
-        FROM top r JOIN bills b USING (run_id) GROUP BY r.name, b.currency
-        ORDER BY cost_micros DESC, runs DESC, r.name, b.currency LIMIT $limit""", {"limit": limit}))
+        SELECT r.name, r.currency, count(*) FILTER (WHERE r.main) AS runs,
+               count(*) FILTER (WHERE r.main AND r.status = 'failed') AS failed, {_BILL_MONEY}
+        FROM bills r GROUP BY r.name, r.currency
+        ORDER BY cost_micros DESC, runs DESC, r.name, r.currency LIMIT $limit""", {"limit": limit}))
 
 
 def top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
@@ -195,52 +195,56 @@ def top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.
         , top AS (SELECT * FROM fr r WHERE r.parent_run_id IS NULL AND r.billed_cost_micros IS NOT NULL
                   ORDER BY r.billed_cost_micros DESC, r.run_id LIMIT $limit), bills AS ({bills("top")})
         SELECT r.run_id, r.name, r.status, r.started_at, {RUN_MONEY}
-        FROM top r JOIN bills b USING (run_id)
-        ORDER BY r.billed_cost_micros DESC, r.run_id, b.main DESC, b.currency""", {"limit": limit}))
+        FROM bills r
+        ORDER BY r.billed_cost_micros DESC, r.run_id, r.main DESC, r.currency""", {"limit": limit}))
 
 
 # -- Failures ------------------------------------------------------------------------------------
 
 
 def bills(runs: str) -> str:
-    """The bills of `runs` (a relation of `runs` rows) as a row per run and currency (`Billed`): the
-    row of its main currency carries the run's usage, unsettled and unpriced calls and the calls
-    priced in it; another currency's row its money and the calls priced in it, so the rows of a
-    run sum to its bill and a sum over them, grouped by currency, never adds two currencies."""
+    """The bills of `runs` (a relation of `runs` rows) as a row per run and currency (`Billed`), each
+    with its run's columns: the row of its main currency carries the run's usage, unsettled and
+    unpriced calls and the calls priced in it; another currency's row its money and the calls priced
+    in it, so the rows of a run sum to its bill and a sum over them, grouped by currency, never adds
+    two currencies. (The run's columns ride along: joining the rows back to the runs cost more than
+    the sums themselves.)"""
     others = "coalesce(list_sum(CAST(json_extract(r.billed_other_currencies, '$.*.{}') AS BIGINT[])), 0)::BIGINT"
     return f"""
-        SELECT r.run_id, coalesce(r.billed_currency, 'USD') AS currency, true AS main,
+        SELECT r.*, coalesce(r.billed_currency, 'USD') AS currency, true AS main,
                r.billed_input_tokens AS input_tokens, r.billed_cache_read_tokens AS cache_read_tokens,
                r.billed_cache_write_tokens AS cache_write_tokens, r.billed_output_tokens AS output_tokens,
-               r.billed_unsettled AS unsettled, (r.billed_calls - {others.format("calls")})::BIGINT AS calls,
+               r.billed_unsettled AS unsettled,
+               CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_calls
+                    ELSE r.billed_calls - {others.format("calls")} END AS calls,
                r.billed_cost_micros AS cost_micros, r.billed_unpriced_calls AS unpriced_calls,
-               (r.billed_replayed_calls - {others.format("replayed_calls")})::BIGINT AS replayed_calls,
+               CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_replayed_calls
+                    ELSE r.billed_replayed_calls - {others.format("replayed_calls")} END AS replayed_calls,
                r.billed_replayed_cost_micros AS replayed_cost_micros,
                r.billed_replayed_unpriced_calls AS replayed_unpriced_calls
         FROM {runs} r
         UNION ALL
-        SELECT r.run_id, e.key, false, 0, 0, 0, 0, 0, (e.value->>'calls')::BIGINT,
-               (e.value->>'cost_micros')::BIGINT, 0, (e.value->>'replayed_calls')::BIGINT,
-               (e.value->>'replayed_cost_micros')::BIGINT, 0
+        SELECT r.*, e.key, false, 0, 0, 0, 0, 0, (e.value->>'calls')::INTEGER, (e.value->>'cost_micros')::BIGINT, 0,
+               (e.value->>'replayed_calls')::INTEGER, (e.value->>'replayed_cost_micros')::BIGINT, 0
         FROM {runs} r, json_each(r.billed_other_currencies) e WHERE r.billed_other_currencies IS NOT NULL"""
 
 
-# a bill's money, from its rows `b` (`bills`): live calls paid, and replayed calls with what they would
+# a bill's money, from its rows `r` (`bills`): live calls paid, and replayed calls with what they would
 # have cost, never added
-RUN_MONEY = """b.currency, b.calls, b.cost_micros, b.calls - b.unpriced_calls AS priced_calls, b.unpriced_calls,
-           b.replayed_calls, b.replayed_cost_micros, b.replayed_calls - b.replayed_unpriced_calls AS replayed_priced_calls,
-           b.replayed_unpriced_calls"""
+RUN_MONEY = """r.currency, r.calls, r.cost_micros, r.calls - r.unpriced_calls AS priced_calls, r.unpriced_calls,
+           r.replayed_calls, r.replayed_cost_micros, r.replayed_calls - r.replayed_unpriced_calls AS replayed_priced_calls,
+           r.replayed_unpriced_calls"""
 
 
 def _bill_sums(where: str = "true", money_only: bool = False) -> str:
-    """Sums of bills' rows `b` (`bills`), of those `where` selects."""
+    """Sums of bills' rows `r` (`bills`), of those `where` selects."""
     names = ("calls", "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros",
              "replayed_unpriced_calls")
     if not money_only:
         names = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "unsettled", *names)
-    sums = [f"coalesce(sum(b.{name}) FILTER (WHERE {where}), 0)::BIGINT AS {name}" for name in names]
-    sums += [f"coalesce(sum(b.calls - b.unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT AS priced_calls",
-             f"coalesce(sum(b.replayed_calls - b.replayed_unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT "
+    sums = [f"coalesce(sum(r.{name}) FILTER (WHERE {where}), 0)::BIGINT AS {name}" for name in names]
+    sums += [f"coalesce(sum(r.calls - r.unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT AS priced_calls",
+             f"coalesce(sum(r.replayed_calls - r.replayed_unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT "
              "AS replayed_priced_calls"]
     return ",\n               ".join(sums)
 
@@ -265,10 +269,10 @@ def failure_totals(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False
     they sum over the rows; the money never adds two currencies."""
     frame = _q(con, f, f"""
         , top AS (SELECT * FROM fr WHERE parent_run_id IS NULL), bills AS ({bills("top")})
-        SELECT b.currency, count(*) FILTER (WHERE b.main AND r.status = 'failed') AS failed_runs,
+        SELECT r.currency, count(*) FILTER (WHERE r.main AND r.status = 'failed') AS failed_runs,
                {_bill_sums("r.status = 'failed'")},
-               count(*) FILTER (WHERE b.main) AS runs, coalesce(sum(b.cost_micros), 0)::BIGINT AS total_cost_micros
-        FROM top r JOIN bills b USING (run_id) GROUP BY b.currency""")
+               count(*) FILTER (WHERE r.main) AS runs, coalesce(sum(r.cost_micros), 0)::BIGINT AS total_cost_micros
+        FROM bills r GROUP BY r.currency""")
     outside = outside_runs_spend(con, f, raw)
     frame = (frame.join(outside, on="currency", how="full", coalesce=True)
              .with_columns(pl.exclude("currency", "micros").fill_null(0))
@@ -288,10 +292,10 @@ def failed_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 1000) -
         , failed AS (SELECT * FROM fr r WHERE r.status = 'failed' ORDER BY r.started_at DESC, r.run_id LIMIT $limit),
           bills AS ({bills("failed")})
         SELECT r.run_id, r.name, r.parent_run_id IS NULL AS top_level, r.started_at, r.ended_at, r.error_code,
-               r.error_type, r.error_message, r.prompt_id, r.prompt_version, b.input_tokens, b.cache_read_tokens,
-               b.cache_write_tokens, b.output_tokens, b.unsettled, {RUN_MONEY}
-        FROM failed r JOIN bills b USING (run_id)
-        ORDER BY r.started_at DESC, r.run_id, b.main DESC, b.currency""", {"limit": limit}))
+               r.error_type, r.error_message, r.prompt_id, r.prompt_version, r.input_tokens, r.cache_read_tokens,
+               r.cache_write_tokens, r.output_tokens, r.unsettled, {RUN_MONEY}
+        FROM bills r
+        ORDER BY r.started_at DESC, r.run_id, r.main DESC, r.currency""", {"limit": limit}))
 
 
 def failures_by(con: duckdb.DuckDBPyConnection, f: Filters, by: Literal["error_code", "prompt"]) -> pl.DataFrame:
@@ -300,6 +304,6 @@ def failures_by(con: duckdb.DuckDBPyConnection, f: Filters, by: Literal["error_c
     keys = "coalesce(r.error_code, r.error_type) AS error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
     return unknown_when_unpriced(_q(con, f, f"""
         , failed AS (SELECT * FROM fr WHERE parent_run_id IS NULL AND status = 'failed'), bills AS ({bills("failed")})
-        SELECT {keys}, b.currency, count(*) FILTER (WHERE b.main) AS runs, {_bill_sums()}
-        FROM failed r JOIN bills b USING (run_id)
-        GROUP BY ALL ORDER BY cost_micros DESC, runs DESC, b.currency"""))
+        SELECT {keys}, r.currency, count(*) FILTER (WHERE r.main) AS runs, {_bill_sums()}
+        FROM bills r
+        GROUP BY ALL ORDER BY cost_micros DESC, runs DESC, r.currency"""))
