@@ -190,7 +190,7 @@ def run_choices(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 300) ->
     """The latest top-level runs, to pick one to explore: a row per run and currency its calls were
     priced in (`bills`), the main currency's first."""
     return unknown_when_unpriced(_q(con, f, f"""
-        , latest AS (SELECT * FROM fr r WHERE r.parent_run_id IS NULL ORDER BY r.started_at DESC, r.run_id LIMIT $limit),
+        , latest AS MATERIALIZED (SELECT * FROM fr r WHERE r.parent_run_id IS NULL ORDER BY r.started_at DESC, r.run_id LIMIT $limit),
           bills AS ({bills("latest")})
         SELECT r.run_id, r.name, r.status, r.started_at, {RUN_MONEY}
         FROM bills r ORDER BY r.started_at DESC, r.run_id, r.main DESC, r.currency""",

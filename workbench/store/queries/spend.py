@@ -192,7 +192,7 @@ def top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.
     """The most expensive top-level runs by their bill (by its main currency's money): a row per run
     and currency its calls were priced in."""
     return unknown_when_unpriced(_q(con, f, f"""
-        , top AS (SELECT * FROM fr r WHERE r.parent_run_id IS NULL AND r.billed_cost_micros IS NOT NULL
+        , top AS MATERIALIZED (SELECT * FROM fr r WHERE r.parent_run_id IS NULL AND r.billed_cost_micros IS NOT NULL
                   ORDER BY r.billed_cost_micros DESC, r.run_id LIMIT $limit), bills AS ({bills("top")})
         SELECT r.run_id, r.name, r.status, r.started_at, {RUN_MONEY}
         FROM bills r
@@ -208,7 +208,7 @@ def bills(runs: str) -> str:
     unpriced calls and the calls priced in it; another currency's row its money and the calls priced
     in it, so the rows of a run sum to its bill and a sum over them, grouped by currency, never adds
     two currencies. (The run's columns ride along: joining the rows back to the runs cost more than
-    the sums themselves.)"""
+    the sums themselves. `runs` is read twice: a few picked runs are best MATERIALIZED first.)"""
     others = "coalesce(list_sum(CAST(json_extract(r.billed_other_currencies, '$.*.{}') AS BIGINT[])), 0)::BIGINT"
     return f"""
         SELECT r.*, coalesce(r.billed_currency, 'USD') AS currency, true AS main,
@@ -289,7 +289,7 @@ def failed_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 1000) -
     top-level bills add up without counting a call twice): a row per run and currency its calls
     were priced in (`bills`)."""
     return unknown_when_unpriced(_q(con, f, f"""
-        , failed AS (SELECT * FROM fr r WHERE r.status = 'failed' ORDER BY r.started_at DESC, r.run_id LIMIT $limit),
+        , failed AS MATERIALIZED (SELECT * FROM fr r WHERE r.status = 'failed' ORDER BY r.started_at DESC, r.run_id LIMIT $limit),
           bills AS ({bills("failed")})
         SELECT r.run_id, r.name, r.parent_run_id IS NULL AS top_level, r.started_at, r.ended_at, r.error_code,
                r.error_type, r.error_message, r.prompt_id, r.prompt_version, r.input_tokens, r.cache_read_tokens,
