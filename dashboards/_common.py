@@ -27,7 +27,7 @@ import streamlit as st
 
 from workbench.config import is_lake, load_settings
 from workbench.errors import WorkbenchError
-from workbench.money import MICROS_PER_MINOR, format_amount, format_priced, minor_digits
+from workbench.money import MICROS_PER_MINOR, format_amount, format_amounts, format_priced, minor_digits
 from workbench.store import queries as q
 
 # file, title, icon: the navigation, in order
@@ -385,15 +385,26 @@ def bill_note(run: dict) -> str | None:
     return None if billed is None else str(billed)
 
 
+def bill_money(run: dict) -> str:
+    """A stored run's live money per currency its calls were priced in (`Billed.money`), exact, its
+    unpriced calls named beside it; `no bill` for a run that made no call."""
+    from workbench.capture.runs import Billed
+
+    billed = Billed.of_row(run)
+    if billed is None:
+        return "no bill"
+    if billed.calls and billed.calls == billed.unpriced_calls:
+        return money(None, billed.currency, billed.unpriced_calls)
+    return billed.money() + (f" + {billed.unpriced_calls:,} unpriced" if billed.unpriced_calls else "")
+
+
 def exact(micros: int | None, currency: str | None = "USD") -> str:
     return format_amount(micros, currency or "USD")
 
 
 def money_by_currency(frame: pl.DataFrame, column: str = "cost_micros") -> str:
     """Exact totals per currency, joined: a sum never mixes currencies."""
-    if frame.is_empty():
-        return format_amount(0)
-    return " + ".join(format_amount(row[column] or 0, row.get("currency") or "USD") for row in frame.iter_rows(named=True))
+    return format_amounts((row[column], row.get("currency") or "USD") for row in frame.iter_rows(named=True))
 
 
 def major_units(micros: pl.Expr, currency: str | None = "USD") -> pl.Expr:

@@ -3,6 +3,7 @@ inside it (nested runs included): usage, cost, calls, and the calls that never r
 
 from __future__ import annotations
 
+import polars as pl
 import streamlit as st
 
 import _common as ui
@@ -13,22 +14,38 @@ filters = ui.page_header(
     "never counted twice.",
 )
 cols = ui.Tiles(5)  # drawn before the read: see Tiles
-# the headline read alone: its figures paint while the tables below are read
-totals = ui.load("failure_totals", filters).row(0, named=True)
+# the headline read alone: its figures paint while the tables below are read. A row per currency:
+# the counts are summed, the money is shown per currency (never added across)
+by_currency = ui.load("failure_totals", filters)
+totals = by_currency.drop("currency").sum().row(0, named=True)
+currency = by_currency["currency"][0] or "USD"  # the main one: the chart's
 
+
+def billed(column: str, priced: str, unpriced: str) -> str:
+    """The failed runs' money per currency its calls were priced in, naming the unpriced calls beside it."""
+    rows = by_currency.filter(pl.col(priced) > 0)
+    if rows.is_empty():
+        return ui.money(0 if not totals[unpriced] else None, currency, totals[unpriced])
+    return ui.money_by_currency(rows, column) + (f" + {totals[unpriced]:,} unpriced" if totals[unpriced] else "")
+
+
+spent = by_currency.filter(pl.col("total_cost_micros") > 0)
 cols[0].metric("Failed runs", f"{totals['failed_runs']:,}", help=f"of {totals['runs']:,} top-level runs")
-cols[1].metric("Billed to failed runs", ui.money(totals["cost_micros"], "USD", totals["unpriced_calls"]),
+cols[1].metric("Billed to failed runs", billed("cost_micros", "priced_calls", "unpriced_calls"),
                help="what their live calls cost, exact; each run's own bill rounds up to the cent once (see the "
                "Run explorer)")
-cols[2].metric("Share of spend", ui.share(totals["cost_micros"], totals["total_cost_micros"]),
-               help=f"of {ui.money(totals['total_cost_micros'])}: every top-level run's bill plus calls outside runs")
+cols[2].metric("Share of spend", " · ".join(
+                   ui.share(row["cost_micros"], row["total_cost_micros"]) + (f" of {row['currency']}" if spent.height > 1 else "")
+                   for row in spent.iter_rows(named=True)) or "–",
+               help=f"of {ui.money_by_currency(spent, 'total_cost_micros')}: every top-level run's bill plus calls "
+               "outside runs")
 cols[3].metric("Calls answered", f"{totals['calls']:,}")
 cols[4].metric("Unsettled calls", f"{totals['unsettled']:,}", help="started, never reported usage: counted, not estimated")
 st.caption(
     f"Usage billed to failed runs: {totals['input_tokens']:,} input, {totals['cache_read_tokens']:,} cache read, "
     f"{totals['cache_write_tokens']:,} cache write, {totals['output_tokens']:,} output tokens."
     + (f" Replayed inside them, never paid: {totals['replayed_calls']:,} calls that would cost "
-       f"{ui.money(totals['replayed_cost_micros'], 'USD', totals['replayed_unpriced_calls'])}."
+       f"{billed('replayed_cost_micros', 'replayed_priced_calls', 'replayed_unpriced_calls')}."
        if totals["replayed_calls"] else "")
 )
 data = ui.load("failures_tables", filters)
@@ -37,8 +54,11 @@ ui.filter_sidebar(filters)
 left, right = st.columns(2)
 with left:
     st.subheader("By error code")
-    ui.bar_chart(data["by_error"].fill_null("(none)"), "error_code", "cost_micros", None, "Billed cost by error code",
-                 x_type="N")
+    by_error = data["by_error"]
+    ui.bar_chart(by_error.filter(pl.col("currency") == currency).fill_null("(none)"), "error_code", "cost_micros", None,
+                 "Billed cost by error code", x_type="N", currency=currency)
+    if by_error["currency"].n_unique() > 1:
+        st.caption(f"The chart shows {currency} only; the other currencies are in the table.")
     ui.table(data["by_error"], "failures_by_error_code")
 with right:
     st.subheader("By prompt")

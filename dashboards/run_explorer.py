@@ -72,8 +72,7 @@ run = tree.filter(pl.col("run_id") == wanted).row(0, named=True)
 calls = data["calls"]
 
 cols[0].metric("Status", run["status"] if run["status"] in ("ok", "failed", "running") else "unknown")
-cols[1].metric("Billed", ui.money(run["billed_cost_micros"], "USD", run["billed_unpriced_calls"] or 0)
-               if run["billed_calls"] is not None else "no bill", help=ui.bill_note(run))
+cols[1].metric("Billed", ui.bill_money(run), help=ui.bill_note(run))
 cols[2].metric("Calls answered", f"{run['billed_calls'] or 0:,}", help=f"{run['billed_unsettled'] or 0:,} unsettled")
 tokens_in = sum(run[f"billed_{k}_tokens"] or 0 for k in ("input", "cache_read", "cache_write"))
 cols[3].metric("Tokens in / out", f"{ui.compact(tokens_in)} / {ui.compact(run['billed_output_tokens'] or 0)}",
@@ -202,9 +201,10 @@ with waterfall:
         ui.table(data["compactions"], f"run_{wanted[:12]}_compactions")
 
 with inner:
+    # each run's bill per currency its calls were priced in, as text: one run's row never adds two currencies
+    billed = pl.Series("billed", [ui.bill_money(row) for row in tree.iter_rows(named=True)], dtype=pl.Utf8)
     ui.table(ui.with_explorer_links(tree.select("depth", "run_id", "name", "kind", "status", "error_code",
-                                                "billed_calls", "billed_cost_micros", "billed_unsettled")
-                                    .rename({"billed_cost_micros": "cost_micros"})),
+                                                "billed_calls", "billed_unsettled").insert_column(6, billed)),
              f"run_{wanted[:12]}_tree", column_config={"run": ui.explorer_link_column()})
 
 with exporting:

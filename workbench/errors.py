@@ -33,6 +33,7 @@ CODES: dict[str, str] = {
     "WB_COLLECT_TOKEN": "workbench collect would listen beyond loopback without WORKBENCH_COLLECT_TOKEN, or the token is too short",
     "WB_PROVIDER_ERROR": "the provider answered with an error that retries did not clear",
     "WB_BUDGET_EXCEEDED": "a token or cost budget would be exceeded by the next call",
+    "WB_BUDGET_CURRENCY": "a cost budget would have to count a call priced in another currency than its own",
     "WB_LLM_OUTPUT_INVALID": "the model's structured output did not validate, even after one repair turn",
     "WB_LLM_TRUNCATED": "the model stopped at its output token ceiling",
     "WB_LLM_REFUSED": "the model refused to answer",

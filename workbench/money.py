@@ -136,6 +136,14 @@ def format_exact(micros: int | None, currency: str | None = "USD") -> str:
     return _text(_major(micros, currency), minor_digits(currency) + MICRO_DIGITS, currency)
 
 
+def format_amounts(amounts, bill: bool = False) -> str:
+    """Amounts of several currencies, `(micros, currency)` each, joined: `0.0123 USD + 0.5 EUR`, each
+    exact (`bill`: rounded up once, each in its own currency); a sum never adds two currencies.
+    None of them: zero, in dollars."""
+    shown = [(format_bill if bill else format_amount)(micros or 0, currency) for micros, currency in amounts]
+    return " + ".join(shown) or format_amount(0)
+
+
 def format_priced(micros: int | None, currency: str | None = "USD", unpriced: int = 0) -> str:
     """An analysis total with the calls it leaves out named: `0.0123 USD + 2 unpriced`; a group with
     no priced call at all is `unpriced (2 calls)`, never `0.00`."""

@@ -194,3 +194,19 @@ def test_event_agent_compact_becomes_span_event_and_compaction(store):
                                        "summarised_turns", "kept_turns", "model", "cost_micros")} == {
         "turn": 3, "outcome": "summarised", "tokens_before": 9000, "tokens_after": 1200, "limit_tokens": 8000,
         "summarised_turns": 2, "kept_turns": 1, "model": "wbt-claude", "cost_micros": 4321}
+
+
+def test_two_bills_of_two_currencies_add_per_currency():
+    """An earlier run of a conversation and this one (`Billed + Billed`, the agent's running total):
+    counts summed, money summed per currency, the first bill's main currency kept."""
+    from workbench.capture.runs import Billed, CurrencyPart
+
+    earlier = Billed(calls=2, unpriced_calls=1, cost_micros=300, replayed_calls=1, replayed_cost_micros=40)
+    now = Billed(currency="EUR", calls=2, cost_micros=70, input_tokens=9,
+                 other_currencies={"USD": CurrencyPart(cost_micros=5, calls=1)})
+    both = earlier + now
+    assert (both.currency, both.cost_micros, both.replayed_cost_micros, both.calls, both.unpriced_calls,
+            both.input_tokens) == ("USD", 305, 40, 4, 1, 9)
+    assert both.other_currencies == {"EUR": CurrencyPart(cost_micros=70, calls=1)}
+    # a first bill with nothing priced takes the second's main currency
+    assert (Billed(calls=1, unpriced_calls=1) + now).currency == "EUR"

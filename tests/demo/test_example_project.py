@@ -26,8 +26,8 @@ def suggested(summary: Summary, db_option: Path | None, cwd: Path) -> list[str]:
 
 
 def summary_for(project: Path, wrote: bool) -> Summary:
-    return Summary(calls=1, runs=1, spend_micros=0, unpriced_calls=0, cache_read_tokens=0, cache_savings_micros=0,
-                   failed_runs=0, failed_cost_micros=0, compactions=0, verdicts={}, project=project, wrote_example=wrote)
+    return Summary(calls=1, runs=1, spend="0.00 USD", unpriced_calls=0, cache_read_tokens=0, cache_savings="0.00 USD",
+                   failed_runs=0, failed_cost="0.00 USD", compactions=0, verdicts={}, project=project, wrote_example=wrote)
 
 
 def test_this_checkout_is_the_example_project():

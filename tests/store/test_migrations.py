@@ -3,6 +3,8 @@ every earlier version to the latest; idempotent; a store newer than the code is 
 
 from __future__ import annotations
 
+import json
+
 import duckdb
 import pytest
 
@@ -161,5 +163,34 @@ def test_old_bills_no_longer_count_replayed_calls_as_paid(tmp_path):
             "FROM runs").fetchall()}
         assert rows == {"R1": (1, 10, 1, 100, 0, 2, 500, 1), "R1a": (0, 0, 0, 0, 0, 2, 500, 1),
                         "R2": (None, None, None, None, None, None, None, None)}
+    finally:
+        con.close()
+
+
+def test_old_bills_of_two_currencies_are_split_again(tmp_path):
+    con = duckdb.connect(str(tmp_path / "old-currencies.duckdb"))
+    try:
+        migrate(con, target=_before("_currency_run_bills"))
+        # R1 (with R1a inside) summed 100 USD and 20 EUR (and 7 EUR replayed) as one figure; R2 paid
+        # euros only, stored as if they were dollars; R3 made no call
+        con.execute("""INSERT INTO runs (run_id, parent_run_id, name, billed_cost_micros, billed_unpriced_calls,
+            billed_calls, billed_replayed_calls, billed_replayed_cost_micros, billed_replayed_unpriced_calls) VALUES
+            ('R1', NULL, 'a', 120, 0, 2, 1, 7, 0), ('R1a', 'R1', 'b', 20, 0, 1, 1, 7, 0),
+            ('R2', NULL, 'c', 9, 0, 1, 0, 0, 0), ('R3', NULL, 'd', NULL, NULL, NULL, NULL, NULL, NULL)""")
+        con.execute("""INSERT INTO calls (call_id, run_id, settled, replayed, cost_micros, currency, started_at) VALUES
+            ('c1', 'R1', true, false, 100, 'USD', '2025-01-01 10:00+00'),
+            ('c2', 'R1a', true, false, 20, 'EUR', '2025-01-01 10:01+00'),
+            ('c3', 'R1a', true, true, 7, 'EUR', '2025-01-01 10:02+00'),
+            ('c4', 'R2', true, false, 9, 'EUR', '2025-01-01 11:00+00')""")
+        migrate(con)
+        rows = {row[0]: row[1:] for row in con.execute(
+            "SELECT run_id, billed_currency, billed_cost_micros, billed_replayed_cost_micros, billed_other_currencies "
+            "FROM runs").fetchall()}
+        assert rows["R1"][:3] == ("USD", 100, 0)
+        assert json.loads(rows["R1"][3]) == {"EUR": {"calls": 1, "cost_micros": 20, "replayed_calls": 1,
+                                                     "replayed_cost_micros": 7}}
+        assert rows["R1a"] == ("EUR", 20, 7, None)
+        assert rows["R2"] == ("EUR", 9, 0, None)
+        assert rows["R3"] == (None, None, None, None)
     finally:
         con.close()

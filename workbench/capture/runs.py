@@ -24,7 +24,7 @@ from workbench.ids import new_id
 from workbench.capture import clock, semconv
 from workbench.capture.route import RESUME_ENV, open_resume
 from workbench.capture.tracing import masked_text, tracer
-from workbench.money import format_amount, format_bill, format_priced, minor_units
+from workbench.money import format_amounts, format_priced, minor_units
 from workbench.wire.call import Call
 from workbench.wire.redact import mask_secrets
 
@@ -32,10 +32,24 @@ _current: ContextVar[Run | None] = ContextVar("workbench_run", default=None)
 _BILLED_ATTR = "__workbench_billed__"
 
 
+class CurrencyPart(BaseModel):
+    """A bill's money in a currency other than its main one: exact, never added to another currency."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    cost_micros: int = 0  # the live calls priced in it, exact
+    calls: int = 0  # live calls priced in it (inside `Billed.calls`)
+    replayed_cost_micros: int = 0  # what the replayed calls priced in it would have cost, exact
+    replayed_calls: int = 0  # replayed calls priced in it (inside `Billed.replayed_calls`)
+
+
 class Billed(BaseModel):
     """What a run was billed: money that left the account. Usage and exact cost over every live call
     that answered; replayed calls (answered from a cassette, never paid) are counted apart, with what
-    they would have cost; calls nothing priced are counted, never taken as free."""
+    they would have cost; calls nothing priced are counted, never taken as free. Money of two
+    currencies is never added: the money fields are in `currency`, the currency of the run's first
+    priced call, and every other currency's money is apart in `other_currencies`, each billed
+    (rounded up) on its own."""
 
     model_config = ConfigDict(defer_build=True)  # see `workbench.models.PriceTier`
 
@@ -44,18 +58,19 @@ class Billed(BaseModel):
     cache_write_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
-    cost_micros: int = 0  # exact, live calls; unpriced calls add nothing here and are counted below
-    currency: str = "USD"
+    cost_micros: int = 0  # exact, live calls in `currency`; unpriced calls add nothing here and are counted below
+    currency: str = "USD"  # the main currency: the one the run's first priced call was priced in
     calls: int = 0  # live calls that answered with usage
     unsettled: int = 0  # calls started that never reported usage: counted, never estimated
     unpriced_calls: int = 0  # live calls that answered and that no price covers
     replayed_calls: int = 0  # calls answered from a cassette: not paid, not in the figures above
-    replayed_cost_micros: int = 0  # what the priced ones would have cost, exact
+    replayed_cost_micros: int = 0  # what the priced ones would have cost, exact, in `currency`
     replayed_unpriced_calls: int = 0
+    other_currencies: dict[str, CurrencyPart] = {}  # money priced in any other currency, by currency
 
     @property
     def cost(self) -> int:
-        """The bill in minor units (cents): the exact cost rounded up once."""
+        """The bill in minor units (cents) of `currency`: the exact cost rounded up once."""
         return minor_units(self.cost_micros)
 
     @classmethod
@@ -63,16 +78,59 @@ class Billed(BaseModel):
         """The bill of a stored `runs` row (its `billed_*` columns); None when the run made no call."""
         if row.get("billed_calls") is None:
             return None
-        return cls(**{name: row.get(f"billed_{name}") or 0 for name in cls.model_fields if f"billed_{name}" in row})
+        other = row.get("billed_other_currencies")
+        return cls(**{name: row.get(f"billed_{name}") or 0 for name in cls.model_fields
+                      if f"billed_{name}" in row and name not in ("currency", "other_currencies")},
+                   currency=row.get("billed_currency") or "USD", other_currencies=orjson.loads(other) if other else {})
+
+    def by_currency(self) -> dict[str, CurrencyPart]:
+        """Every currency's money, the main one first; a currency appears when a call was priced in it
+        (the main one always, so a bill with nothing priced still names its currency)."""
+        others = sum(part.calls for part in self.other_currencies.values())
+        replayed_others = sum(part.replayed_calls for part in self.other_currencies.values())
+        main = CurrencyPart(cost_micros=self.cost_micros, calls=self.calls - self.unpriced_calls - others,
+                            replayed_cost_micros=self.replayed_cost_micros,
+                            replayed_calls=self.replayed_calls - self.replayed_unpriced_calls - replayed_others)
+        return {self.currency: main, **self.other_currencies}
+
+    def __add__(self, other: Billed) -> Billed:
+        """Two bills as one (an earlier run of a conversation and this one): counts summed, money
+        summed per currency; the main currency is the first bill's, unless it priced nothing."""
+        priced = self.calls - self.unpriced_calls + self.replayed_calls - self.replayed_unpriced_calls
+        main = self.currency if priced else other.currency
+        parts: dict[str, CurrencyPart] = {}
+        for bill in (self, other):
+            for currency, part in bill.by_currency().items():
+                held = parts.setdefault(currency, CurrencyPart())
+                for name in CurrencyPart.model_fields:
+                    setattr(held, name, getattr(held, name) + getattr(part, name))
+        mine = parts.pop(main, CurrencyPart())
+        return Billed(**{name: getattr(self, name) + getattr(other, name) for name in Billed.model_fields
+                         if name not in ("currency", "cost_micros", "replayed_cost_micros", "other_currencies")},
+                      currency=main, cost_micros=mine.cost_micros, replayed_cost_micros=mine.replayed_cost_micros,
+                      other_currencies={currency: part for currency, part in parts.items()
+                                        if part.calls or part.replayed_calls})
 
     @property
     def full_cost_micros(self) -> int | None:
         """What every answered call cost or, replayed, would have cost: the figure to compare a run
-        replayed from cassettes with one that paid. None when a call was unpriced."""
+        replayed from cassettes with one that paid. None when a call was unpriced, or when calls were
+        priced in two currencies (no one figure is their sum)."""
         return _full_cost(self)
 
+    def money(self, replayed: bool = False, rounded: bool = False) -> str:
+        """The live calls' exact cost (`replayed`: what the replayed calls would have cost; `rounded`: the
+        bill, each currency rounded up once) per currency, joined: `0.000246 USD + 0.0005 EUR`. A
+        currency is named where a call was priced in it (the main one when none was)."""
+        field, counted = ("replayed_cost_micros", "replayed_calls") if replayed else ("cost_micros", "calls")
+        parts = self.by_currency()
+        shown = [(currency, part) for currency, part in parts.items() if getattr(part, counted)]
+        return format_amounts([(getattr(part, field), currency)
+                               for currency, part in shown or [(self.currency, parts[self.currency])]], bill=rounded)
+
     def __str__(self) -> str:
-        """`3 live calls: 0.000246 USD exact, bill 0.01 USD, 1 unpriced; 2 replayed: would cost 0.0007 USD`."""
+        """`3 live calls: 0.000246 USD exact, bill 0.01 USD, 1 unpriced; 2 replayed: would cost 0.0007 USD`;
+        two currencies: `2 live calls: 0.000246 USD + 0.0005 EUR exact, bill 0.01 USD + 0.01 EUR`."""
         def calls(count: int, kind: str) -> str:
             return f"{count:,} {kind} call{'' if count == 1 else 's'}"
 
@@ -81,29 +139,56 @@ class Billed(BaseModel):
         elif self.calls == self.unpriced_calls:
             parts = [f"{calls(self.calls, 'live')}: unpriced"]
         else:
-            parts = [f"{calls(self.calls, 'live')}: {format_amount(self.cost_micros, self.currency)} exact, "
-                     f"bill {format_bill(self.cost_micros, self.currency)}"
+            parts = [f"{calls(self.calls, 'live')}: {self.money()} exact, bill {self.money(rounded=True)}"
                      + (f", {self.unpriced_calls:,} unpriced" if self.unpriced_calls else "")]
         if self.unsettled:
             parts[0] += f"; {self.unsettled:,} unsettled"
         if self.replayed_calls:
-            would = self.replayed_cost_micros if self.replayed_calls > self.replayed_unpriced_calls else None
-            parts.append(f"{calls(self.replayed_calls, 'replayed')}: would cost "
-                         f"{format_priced(would, self.currency, self.replayed_unpriced_calls)}")
+            if self.replayed_calls > self.replayed_unpriced_calls:
+                would = self.money(replayed=True) + (
+                    f" + {self.replayed_unpriced_calls:,} unpriced" if self.replayed_unpriced_calls else "")
+            else:
+                would = format_priced(None, self.currency, self.replayed_unpriced_calls)
+            parts.append(f"{calls(self.replayed_calls, 'replayed')}: would cost {would}")
         return "; ".join(parts)
 
 
 def _full_cost(billed) -> int | None:
     """`Billed.full_cost_micros` of a `Billed` or of a run's running `_Tally`."""
-    if billed.unpriced_calls or billed.replayed_unpriced_calls:
+    if billed.unpriced_calls or billed.replayed_unpriced_calls or billed.other_currencies:
         return None
     return billed.cost_micros + billed.replayed_cost_micros
 
 
+def _other_currency(billed, call: Call, replayed: bool) -> None:
+    """Add to a running `_Tally` a priced call whose currency is not its main one (or the first priced
+    call, whose currency becomes the main one); its counts are in already."""
+    currency = call.currency or "USD"
+    if billed.currency is None:  # the run's first priced call names its main currency
+        billed.currency = currency
+    if currency == billed.currency:
+        if replayed:
+            billed.replayed_cost_micros += call.cost_micros
+        else:
+            billed.cost_micros += call.cost_micros
+        return
+    part = billed.other_currencies.get(currency)
+    if part is None:
+        part = billed.other_currencies[currency] = CurrencyPart()
+    if replayed:
+        part.replayed_cost_micros += call.cost_micros
+        part.replayed_calls += 1
+    else:
+        part.cost_micros += call.cost_micros
+        part.calls += 1
+
+
 # a run's running bill: `Billed`'s fields as plain slots (a model's checked attribute set would cost
-# ten times as much on every call)
+# ten times as much on every call); its `currency` is None until a call is priced
 _Tally = make_dataclass(
-    "_Tally", [(name, info.annotation, field(default=info.default)) for name, info in Billed.model_fields.items()],
+    "_Tally", [(name, info.annotation, field(default_factory=dict) if name == "other_currencies"
+                else field(default=None if name == "currency" else info.default))
+               for name, info in Billed.model_fields.items()],
     slots=True,
 )
 
@@ -143,7 +228,11 @@ class Run:
     @property
     def billed(self) -> Billed:
         with self._lock:
-            return Billed(**{name: getattr(self._billed, name) for name in _Tally.__slots__})
+            tally = self._billed
+            # the parts copied: the tally goes on adding to its own
+            return Billed(**{name: getattr(tally, name) for name in _Tally.__slots__
+                             if name not in ("currency", "other_currencies")}, currency=tally.currency or "USD",
+                          other_currencies={currency: part.model_copy() for currency, part in tally.other_currencies.items()})
 
     @property
     def full_cost_micros(self) -> int | None:
@@ -163,9 +252,10 @@ class Run:
                 billed.replayed_calls += 1
                 if call.cost_micros is None:
                     billed.replayed_unpriced_calls += 1
-                else:
+                elif call.currency == billed.currency:
                     billed.replayed_cost_micros += call.cost_micros
-                    billed.currency = call.currency or billed.currency
+                else:
+                    _other_currency(billed, call, replayed=True)
             elif call.settled:
                 usage = call.usage
                 billed.input_tokens += usage.input_tokens
@@ -176,9 +266,10 @@ class Run:
                 billed.calls += 1
                 if call.cost_micros is None:
                     billed.unpriced_calls += 1
-                else:
+                elif call.currency == billed.currency:  # the main currency's, the usual case: added here
                     billed.cost_micros += call.cost_micros
-                    billed.currency = call.currency or billed.currency
+                else:
+                    _other_currency(billed, call, replayed=False)
             elif call.http_status is None or call.http_status < 400:
                 billed.unsettled += 1  # an HTTP error answered and was not billed
 
@@ -213,6 +304,11 @@ class Run:
                     "replayed_cost_micros", "replayed_unpriced_calls",
                 )
             },
+            "billed_currency": (billed.currency or "USD") if bill else None,
+            # money priced in other currencies than `billed_currency`, never added to it (`Billed`)
+            "billed_other_currencies": orjson.dumps(
+                {currency: part.model_dump() for currency, part in list(billed.other_currencies.items())},
+                option=orjson.OPT_SORT_KEYS).decode() if bill and billed.other_currencies else None,
         }
 
 

@@ -207,13 +207,15 @@ def runs_list(
 
         from workbench.money import format_bill
 
-        bills = [format_bill(cost) if cost is not None else ("unpriced" if unpriced else "")
-                 for cost, unpriced in zip(frame["cost_micros"], frame["unpriced_calls"])]
+        # a row per run and currency its calls were priced in: each bill rounded up in its own currency
+        bills = [format_bill(cost, currency) if cost is not None else ("unpriced" if unpriced else "")
+                 for cost, currency, unpriced in zip(frame["cost_micros"], frame["currency"], frame["unpriced_calls"])]
         # one line a run in a 140-column log: the start to the minute, the cost naming its unpriced
         # calls, replays counted only where there are any (what they would cost: `runs show`, CSV, JSON)
         replays = (pl.col("replayed_calls").alias("replayed"),) if frame["replayed_calls"].fill_null(0).sum() else ()
         frame = frame.select("run_id", "name", "status", pl.col("started_at").dt.strftime("%Y-%m-%d %H:%M"),
-                             "calls", *replays, "cost_micros", "unpriced_calls", pl.Series("bill", bills, dtype=pl.Utf8))
+                             "calls", *replays, "currency", "cost_micros", "unpriced_calls",
+                             pl.Series("bill", bills, dtype=pl.Utf8))
     _emit(frame, fmt, "runs")
 
 

@@ -17,19 +17,19 @@ from workbench.demo.examples import example_project, project_for_demo
 from workbench.demo.workload import SMALL_MODEL, SMALL_WINDOW, WEEKS, Day, Demo
 from workbench.errors import WorkbenchError
 from workbench.models import load_registry, register_model
-from workbench.money import format_amount
+from workbench.money import format_amounts
 
 
 @dataclass
 class Summary:
     calls: int
     runs: int
-    spend_micros: int
+    spend: str  # money per currency, joined (a sum never adds two currencies)
     unpriced_calls: int
     cache_read_tokens: int
-    cache_savings_micros: int
+    cache_savings: str
     failed_runs: int
-    failed_cost_micros: int
+    failed_cost: str
     compactions: int
     verdicts: dict[str, str]
     project: Path = Path(".")  # where the example suites ran
@@ -103,17 +103,25 @@ def summarize(db: Path, verdicts: dict[str, str]) -> Summary:
     everything = queries.Filters()
     with open_store(db, read_only=True) as con:
         calls = queries.call_totals(con, everything).row(0, named=True)
+        spend = queries.spend_by_currency(con, everything)
         runs = queries.run_totals(con, everything).row(0, named=True)
-        cache = queries.cache_totals(queries.cache_savings(con, everything)).row(0, named=True)
-        failures = queries.failure_totals(con, everything).row(0, named=True)
+        cache = queries.cache_totals(queries.cache_savings(con, everything))
+        failures = queries.failure_totals(con, everything)
         compactions = queries.compaction_totals(con, everything).row(0, named=True)
+    # a row per currency each: the counts summed, the money shown per currency, never added across
     return Summary(
-        calls=calls["calls"], runs=runs["runs"], spend_micros=calls["cost_micros"] or 0,
-        unpriced_calls=calls["unpriced_calls"] or 0, cache_read_tokens=cache["cache_read_tokens"] or 0,
-        cache_savings_micros=cache["net_savings_micros"] or 0, failed_runs=failures["failed_runs"] or 0,
-        failed_cost_micros=failures["cost_micros"] or 0, compactions=compactions["events"] or 0,
-        verdicts=verdicts,
+        calls=calls["calls"], runs=runs["runs"], spend=by_currency(spend, "cost_micros"),
+        unpriced_calls=calls["unpriced_calls"] or 0, cache_read_tokens=cache["cache_read_tokens"].sum(),
+        cache_savings=by_currency(cache, "net_savings_micros"), failed_runs=failures["failed_runs"].sum(),
+        failed_cost=by_currency(failures.filter(failures["priced_calls"] > 0), "cost_micros"),
+        compactions=compactions["events"] or 0, verdicts=verdicts,
     )
+
+
+def by_currency(frame, column: str) -> str:
+    """A frame's amounts per currency, joined (`0.0123 USD + 0.5 EUR`): never one sum of two currencies."""
+    return format_amounts((row[column], row["currency"]) for row in frame.iter_rows(named=True)
+                          if row["currency"] is not None)
 
 
 def print_summary(summary: Summary, db: Path, console: Console, db_option: Path | None = None) -> None:
@@ -124,11 +132,11 @@ def print_summary(summary: Summary, db: Path, console: Console, db_option: Path 
     console.print(Text.assemble(("Workbench demo", "bold"), f" — store: {db}"))
     console.print(f"  calls recorded     {summary.calls:,} in {summary.runs:,} runs"
                   + (f" ({summary.unpriced_calls} unpriced)" if summary.unpriced_calls else ""))
-    console.print(f"  spend              {format_amount(summary.spend_micros)}")
+    console.print(f"  spend              {summary.spend}")
     console.print(f"  prompt cache       {summary.cache_read_tokens:,} tokens read, "
-                  f"net savings {format_amount(summary.cache_savings_micros)}")
+                  f"net savings {summary.cache_savings}")
     console.print(f"  compactions        {summary.compactions}")
-    console.print(f"  failed runs        {summary.failed_runs}, billed {format_amount(summary.failed_cost_micros)}")
+    console.print(f"  failed runs        {summary.failed_runs}, billed {summary.failed_cost}")
     for name, verdict in summary.verdicts.items():
         console.print(f"  eval {name:<13} {verdict}")
     console.print("\nNext:")

@@ -1,5 +1,5 @@
 """Budgets that refuse, never truncate: input tokens per call, tokens per run, cost per call, cost
-per run.
+per run. A cost is in one currency: a call priced in another is refused, never left uncounted.
 
 Every runtime run (`llm()`, an `Agent` run, or `budget_scope(...)`) keeps a ledger; runs nest, and a
 call is charged to every ledger around it, so a tool that calls `llm()` spends its agent's budget.
@@ -37,6 +37,10 @@ class Budget(BaseModel):
     tokens_per_run: int | None = None
     cost_per_call_micros: int | None = None
     cost_per_run_micros: int | None = None
+    # the currency the costs are in; None: the currency of the first call a cost limit counts. A call
+    # priced in another currency is refused (`WB_BUDGET_CURRENCY`): no rate converts it exactly, and a
+    # limit that skipped it would pass money it never counted
+    currency: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -46,7 +50,12 @@ class Budget(BaseModel):
             for name, value in data.items():
                 if name not in cls.model_fields:
                     raise invalid(f"Budget.{name}", value, f"one of {', '.join(cls.model_fields)}")
-                count(f"Budget.{name}", value, 1, optional=True)
+                if name == "currency":
+                    if value is not None and not (isinstance(value, str) and len(value) == 3 and value.isalpha()
+                                                  and value.isupper()):
+                        raise invalid("Budget.currency", value, "a currency's ISO 4217 code, such as 'USD' or 'EUR'")
+                else:
+                    count(f"Budget.{name}", value, 1, optional=True)
         return data
 
 
@@ -63,10 +72,23 @@ class Ledger:
         self.spent_micros = 0
         self.reserved_tokens = 0
         self.reserved_micros = 0
+        self.currency = self.budget.currency  # the costs' currency, else fixed by the first call counted
         self._lock = threading.Lock()
 
-    def reserve(self, tokens: int, micros: int, what: str, input_tokens: int = 0) -> None:
+    def reserve(self, tokens: int, micros: int, what: str, input_tokens: int = 0, currency: str = "USD") -> None:
         budget = self.budget
+        if budget.cost_per_call_micros is not None or budget.cost_per_run_micros is not None:
+            with self._lock:
+                self.currency = self.currency or currency
+            if currency != self.currency:
+                raise WorkbenchError(
+                    "WB_BUDGET_CURRENCY",
+                    f"{what} is priced in {currency}, but the cost budget of run {self.name!r} counts "
+                    f"{self.currency}: no exact rate converts one into the other, so the call is not made",
+                    f"price the run's models in {self.currency} in models.toml, give the budget the call's "
+                    f"currency (Budget(currency={currency!r}, ...)) in a run of its own, or bound the run by "
+                    "tokens (tokens_per_run)",
+                )
         if budget.tokens_in is not None and input_tokens > budget.tokens_in:
             raise WorkbenchError(
                 "WB_BUDGET_EXCEEDED",
@@ -78,8 +100,8 @@ class Ledger:
         if budget.cost_per_call_micros is not None and micros > budget.cost_per_call_micros:
             raise WorkbenchError(
                 "WB_BUDGET_EXCEEDED",
-                f"{what} could cost up to {format_exact(micros)} (its worst case), over the cost per call "
-                f"budget of {format_exact(budget.cost_per_call_micros)} of run {self.name!r}",
+                f"{what} could cost up to {format_exact(micros, currency)} (its worst case), over the cost per "
+                f"call budget of {format_exact(budget.cost_per_call_micros, currency)} of run {self.name!r}",
                 "raise Budget(cost_per_call_micros=...), or lower max_tokens (the worst case is the "
                 "estimated input plus max_tokens)",
             )
@@ -92,7 +114,7 @@ class Ledger:
                 unit = lambda value: f"{value:,} tokens"  # noqa: E731
             elif budget.cost_per_run_micros is not None and self.spent_micros + self.reserved_micros > budget.cost_per_run_micros:
                 scope, limit, used, need = "cost per run", budget.cost_per_run_micros, self.spent_micros, micros
-                unit = format_exact
+                unit = lambda value: format_exact(value, currency)  # noqa: E731
             if scope is not None:
                 held = (self.reserved_tokens if scope.startswith("tokens") else self.reserved_micros) - need
                 self.reserved_tokens -= tokens
@@ -149,16 +171,18 @@ class Reservation:
         self.settle(0, 0)
 
 
-def reserve(tokens: int, micros: int, what: str, extra: Budget | None = None, input_tokens: int = 0) -> Reservation:
-    """Reserve a call's worst case in every ledger in scope (and check `extra`'s per-call limits);
-    all or nothing."""
+def reserve(tokens: int, micros: int, what: str, extra: Budget | None = None, input_tokens: int = 0,
+            currency: str = "USD") -> Reservation:
+    """Reserve a call's worst case (`micros`, in the `currency` its model is priced in) in every ledger
+    in scope (and check `extra`'s per-call limits); all or nothing."""
     if extra is not None and (extra.cost_per_call_micros is not None or extra.tokens_in is not None):
-        per_call = Budget(cost_per_call_micros=extra.cost_per_call_micros, tokens_in=extra.tokens_in)
-        Ledger(per_call, "gateway").reserve(0, micros, what, input_tokens)
+        per_call = Budget(cost_per_call_micros=extra.cost_per_call_micros, tokens_in=extra.tokens_in,
+                          currency=extra.currency)
+        Ledger(per_call, "gateway").reserve(0, micros, what, input_tokens, currency)
     taken: list[Ledger] = []
     try:
         for ledger in _ledgers.get():
-            ledger.reserve(tokens, micros, what, input_tokens)
+            ledger.reserve(tokens, micros, what, input_tokens, currency)
             taken.append(ledger)
     except WorkbenchError:
         for ledger in taken:

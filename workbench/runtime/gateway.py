@@ -257,7 +257,7 @@ class Gateway:
             record_hit(hit, request.model)
             return hit
         reservation = reserve(worst_input + request.max_tokens, micros, f"the call to {request.model}", self.budget,
-                              input_tokens=worst_input)
+                              input_tokens=worst_input, currency=spec.currency)
         try:
             completion = await self._complete(request, providers, content, raw)
         except BaseException:
@@ -290,7 +290,7 @@ class Gateway:
         request = dataclasses.replace(request, stream=True)
         spec, providers, request, content, raw, worst_input, micros = self._prepare(request, 1.0)
         reservation = reserve(worst_input + request.max_tokens, micros, f"the call to {request.model}", self.budget,
-                              input_tokens=worst_input)
+                              input_tokens=worst_input, currency=spec.currency)
         provider = providers[0]
         body = content(provider)
         settled = False

@@ -83,15 +83,6 @@ class Picks:
         return [item.name for item in self.tools] + ([RESPOND] if with_respond else [])
 
 
-def plus(prior: Billed, current: Billed) -> Billed:
-    """Two bills as one (an earlier run of the conversation and this one)."""
-    return Billed(**{
-        name: getattr(prior, name) + getattr(current, name) if isinstance(getattr(current, name), int)
-        else getattr(current, name)
-        for name in Billed.model_fields
-    })
-
-
 @dataclass
 class _Attempts:
     shape_failures: list[str] = field(default_factory=list)
@@ -160,7 +151,7 @@ class Loop:
             agent=self.agent.name, prompt=prompt_tags(self.agent.prompt) or {}, model=self.model,
             tools=self.picks.offered_names(self.agent.output is not None), system_dynamic=self.system_dynamic,
             conversation=Conversation(conversation.task, conversation.summary, conversation.summarised, list(turns)),
-            final=final, turn=self.turn, billed=plus(self.prior, self.current.billed), spent=spent,
+            final=final, turn=self.turn, billed=self.prior + self.current.billed, spent=spent,
             compactions=self.compaction_count, compaction_wait=self.compaction_wait, ratio=self.ratio,
             signatures=list(self.signatures),
         )
@@ -433,7 +424,7 @@ class Loop:
         await call_hook(self.agent.on_turn, TurnInfo(
             turn=self.turn, max_turns=self.picks.max_turns, model=completion.model, provider=completion.provider,
             stop_reason=completion.stop_reason, tool_names=names, tool_errors=errors,
-            cost_micros=completion.cost_micros, usage=usage, run=plus(self.prior, self.current.billed),
+            cost_micros=completion.cost_micros, usage=usage, run=self.prior + self.current.billed,
             repair_of=repair_of, completion=completion, results=results,
         ))
 

@@ -336,6 +336,51 @@ MIGRATIONS: list[tuple[str, str]] = [
         "\n".join(f"{spec.table_sql}\nINSERT INTO {spec.table} {spec.aggregate(spec.source)};"
                   for spec in (rollup.CACHE_RUNS, rollup.RUN_WRITES, rollup.RUN_READS)),
     ),
+    (
+        "0019_currency_run_bills",
+        """
+        -- a bill never adds two currencies: its money fields are in its main currency (its first priced
+        -- call's), and the money of every other currency its calls were priced in is kept apart
+        ALTER TABLE runs ADD COLUMN billed_currency VARCHAR;
+        -- JSON {currency: {cost_micros, calls, replayed_cost_micros, replayed_calls}} (calls: those priced
+        -- in it); null: none
+        ALTER TABLE runs ADD COLUMN billed_other_currencies VARCHAR;
+        -- bills written before named no currency, and summed every currency into one figure: named and
+        -- split again from the calls recorded (a bill of one currency keeps its figures)
+        UPDATE runs SET billed_currency = x.main,
+            billed_cost_micros = CASE WHEN x.currencies > 1 THEN x.cost_micros ELSE runs.billed_cost_micros END,
+            billed_replayed_cost_micros = CASE WHEN x.currencies > 1 THEN x.replayed_cost_micros
+                                               ELSE runs.billed_replayed_cost_micros END,
+            billed_other_currencies = x.others
+        FROM (
+            WITH RECURSIVE inside(run_id, bill, depth) AS (
+                SELECT run_id, run_id, 0 FROM runs
+                UNION ALL SELECT r.run_id, i.bill, i.depth + 1 FROM runs r JOIN inside i ON r.parent_run_id = i.run_id
+                WHERE i.depth < 50),
+            priced AS (
+                SELECT i.bill, coalesce(c.currency, 'USD') AS currency, coalesce(c.replayed, false) AS replayed,
+                       c.cost_micros, c.started_at, c.call_id
+                FROM inside i JOIN calls c ON c.run_id = i.run_id WHERE c.settled AND c.cost_micros IS NOT NULL),
+            main AS (SELECT bill, arg_min(currency, (started_at, call_id)) AS main FROM priced GROUP BY bill),
+            per AS (
+                SELECT bill, currency, coalesce(sum(cost_micros) FILTER (WHERE NOT replayed), 0) AS cost_micros,
+                       count(*) FILTER (WHERE NOT replayed) AS calls,
+                       coalesce(sum(cost_micros) FILTER (WHERE replayed), 0) AS replayed_cost_micros,
+                       count(*) FILTER (WHERE replayed) AS replayed_calls
+                FROM priced GROUP BY bill, currency),
+            others AS (
+                SELECT p.bill, json_group_object(p.currency, json_object(
+                           'calls', p.calls, 'cost_micros', p.cost_micros, 'replayed_calls', p.replayed_calls,
+                           'replayed_cost_micros', p.replayed_cost_micros))::VARCHAR AS others
+                FROM per p JOIN main m USING (bill) WHERE p.currency <> m.main GROUP BY p.bill)
+            SELECT m.bill, m.main, count(*) AS currencies,
+                   coalesce(sum(p.cost_micros) FILTER (WHERE p.currency = m.main), 0) AS cost_micros,
+                   coalesce(sum(p.replayed_cost_micros) FILTER (WHERE p.currency = m.main), 0) AS replayed_cost_micros,
+                   any_value(o.others) AS others
+            FROM main m JOIN per p USING (bill) LEFT JOIN others o USING (bill) GROUP BY m.bill, m.main) x
+        WHERE runs.run_id = x.bill AND runs.billed_calls IS NOT NULL;
+        """,
+    ),
 ]
 
 

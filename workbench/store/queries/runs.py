@@ -9,7 +9,7 @@ import polars as pl
 
 from workbench.errors import WorkbenchError
 from workbench.store.queries._base import Filters, _Sql, _frame, _q
-from workbench.store.queries.spend import _RUN_MONEY, unknown_when_unpriced
+from workbench.store.queries.spend import RUN_MONEY, bills, unknown_when_unpriced
 
 # -- Compaction ----------------------------------------------------------------------------------
 
@@ -187,10 +187,14 @@ def eval_matrix_case_ids(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.D
 
 
 def run_choices(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 300) -> pl.DataFrame:
-    """The latest top-level runs, to pick one to explore."""
+    """The latest top-level runs, to pick one to explore: a row per run and currency its calls were
+    priced in (`bills`), the main currency's first."""
     return unknown_when_unpriced(_q(con, f, f"""
-        SELECT r.run_id, r.name, r.status, r.started_at, {_RUN_MONEY}
-        FROM fr r WHERE r.parent_run_id IS NULL ORDER BY r.started_at DESC, r.run_id LIMIT $limit""", {"limit": limit}))
+        , latest AS MATERIALIZED (SELECT * FROM fr r WHERE r.parent_run_id IS NULL ORDER BY r.started_at DESC, r.run_id LIMIT $limit),
+          bills AS ({bills("latest")})
+        SELECT r.run_id, r.name, r.status, r.started_at, {RUN_MONEY}
+        FROM bills r ORDER BY r.started_at DESC, r.run_id, r.main DESC, r.currency""",
+        {"limit": limit}))
 
 
 _SUBTREE = """WITH RECURSIVE tree(run_id, depth) AS (
@@ -350,7 +354,7 @@ def prompt_runs_for_cases(con: duckdb.DuckDBPyConnection, prompt_id: str, since:
             SELECT * FROM cand WHERE run_id NOT IN (SELECT parent_run_id FROM cand WHERE parent_run_id IS NOT NULL)
               AND ($include_evals OR run_id NOT IN (SELECT run_id FROM eval_traffic))),
         last_call AS (
-            SELECT c.run_id, c.replayed, b.output_text, b.tool_calls,
+            SELECT c.run_id, c.replayed, r.output_text, r.tool_calls,
                    row_number() OVER (PARTITION BY c.run_id ORDER BY c.started_at DESC, c.call_id DESC) AS n
             FROM calls c JOIN call_bodies b USING (call_id)
             WHERE c.settled AND c.run_id IN (SELECT run_id FROM leaf)),

@@ -133,8 +133,9 @@ def unpriced_models(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
 
 
 def call_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
-    """One row: calls, settled, unsettled, errors, unpriced (settled, no price), tokens, replayed."""
-    return rollup(spend_cube(con, f), ())
+    """One row: calls, settled, unsettled, errors, unpriced (settled, no price), tokens, replayed.
+    No money: one figure would add currencies (the money per currency: `spend_by_currency`)."""
+    return rollup(spend_cube(con, f), (), tuple(name for name in CUBE_SUMS if not name.endswith("_micros")))
 
 
 def spend_by_currency(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
@@ -194,84 +195,131 @@ def run_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
 
 
 def top_run_names(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
-    """Top-level runs grouped by name, by billed cost (a bill covers the runs inside it)."""
+    """Top-level runs grouped by name and currency, by billed cost (a bill covers the runs inside it)."""
     return unknown_when_unpriced(_q(con, f, f"""
-        SELECT r.name, count(*) AS runs, count(*) FILTER (WHERE r.status = 'failed') AS failed, {_BILL_MONEY}
-        FROM fr r WHERE r.parent_run_id IS NULL GROUP BY r.name
-        ORDER BY cost_micros DESC, runs DESC, r.name LIMIT $limit""", {"limit": limit}))
+        , top AS (SELECT * FROM fr WHERE parent_run_id IS NULL), bills AS ({bills("top")})
+        SELECT r.name, r.currency, count(*) FILTER (WHERE r.main) AS runs,
+               count(*) FILTER (WHERE r.main AND r.status = 'failed') AS failed, {_BILL_MONEY}
+        FROM bills r GROUP BY r.name, r.currency
+        ORDER BY cost_micros DESC, runs DESC, r.name, r.currency LIMIT $limit""", {"limit": limit}))
 
 
 def top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
-    """The most expensive top-level runs by their bill."""
+    """The most expensive top-level runs by their bill (by its main currency's money): a row per run
+    and currency its calls were priced in."""
     return unknown_when_unpriced(_q(con, f, f"""
-        SELECT r.run_id, r.name, r.status, r.started_at, {_RUN_MONEY}
-        FROM fr r WHERE r.parent_run_id IS NULL AND r.billed_cost_micros IS NOT NULL
-        ORDER BY r.billed_cost_micros DESC, r.run_id LIMIT $limit""", {"limit": limit}))
+        , top AS MATERIALIZED (SELECT * FROM fr r WHERE r.parent_run_id IS NULL AND r.billed_cost_micros IS NOT NULL
+                  ORDER BY r.billed_cost_micros DESC, r.run_id LIMIT $limit), bills AS ({bills("top")})
+        SELECT r.run_id, r.name, r.status, r.started_at, {RUN_MONEY}
+        FROM bills r
+        ORDER BY r.billed_cost_micros DESC, r.run_id, r.main DESC, r.currency""", {"limit": limit}))
 
 
 # -- Failures ------------------------------------------------------------------------------------
 
-# a bill's money: live calls paid, and replayed calls with what they would have cost, never added
-_RUN_MONEY = """r.billed_calls AS calls, r.billed_cost_micros AS cost_micros,
-           r.billed_calls - r.billed_unpriced_calls AS priced_calls, r.billed_unpriced_calls AS unpriced_calls,
-           r.billed_replayed_calls AS replayed_calls, r.billed_replayed_cost_micros AS replayed_cost_micros,
-           r.billed_replayed_calls - r.billed_replayed_unpriced_calls AS replayed_priced_calls,
-           r.billed_replayed_unpriced_calls AS replayed_unpriced_calls"""
-_BILL_MONEY = """coalesce(sum(r.billed_calls), 0)::BIGINT AS calls,
-           coalesce(sum(r.billed_cost_micros), 0)::BIGINT AS cost_micros,
-           coalesce(sum(r.billed_calls - r.billed_unpriced_calls), 0)::BIGINT AS priced_calls,
-           coalesce(sum(r.billed_unpriced_calls), 0)::BIGINT AS unpriced_calls,
-           coalesce(sum(r.billed_replayed_calls), 0)::BIGINT AS replayed_calls,
-           coalesce(sum(r.billed_replayed_cost_micros), 0)::BIGINT AS replayed_cost_micros,
-           coalesce(sum(r.billed_replayed_calls - r.billed_replayed_unpriced_calls), 0)::BIGINT AS replayed_priced_calls,
-           coalesce(sum(r.billed_replayed_unpriced_calls), 0)::BIGINT AS replayed_unpriced_calls"""
-_BILL = f"""coalesce(sum(r.billed_input_tokens), 0)::BIGINT AS input_tokens,
-           coalesce(sum(r.billed_cache_read_tokens), 0)::BIGINT AS cache_read_tokens,
-           coalesce(sum(r.billed_cache_write_tokens), 0)::BIGINT AS cache_write_tokens,
-           coalesce(sum(r.billed_output_tokens), 0)::BIGINT AS output_tokens,
-           coalesce(sum(r.billed_unsettled), 0)::BIGINT AS unsettled, {_BILL_MONEY}"""
+
+def bills(runs: str) -> str:
+    """The bills of `runs` (a relation of `runs` rows) as a row per run and currency (`Billed`), each
+    with its run's columns: the row of its main currency carries the run's usage, unsettled and
+    unpriced calls and the calls priced in it; another currency's row its money and the calls priced
+    in it, so the rows of a run sum to its bill and a sum over them, grouped by currency, never adds
+    two currencies. (The run's columns ride along: joining the rows back to the runs cost more than
+    the sums themselves. `runs` is read twice: a few picked runs are best MATERIALIZED first.)"""
+    others = "coalesce(list_sum(CAST(json_extract(r.billed_other_currencies, '$.*.{}') AS BIGINT[])), 0)::BIGINT"
+    return f"""
+        SELECT r.*, coalesce(r.billed_currency, 'USD') AS currency, true AS main,
+               r.billed_input_tokens AS input_tokens, r.billed_cache_read_tokens AS cache_read_tokens,
+               r.billed_cache_write_tokens AS cache_write_tokens, r.billed_output_tokens AS output_tokens,
+               r.billed_unsettled AS unsettled,
+               CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_calls
+                    ELSE r.billed_calls - {others.format("calls")} END AS calls,
+               r.billed_cost_micros AS cost_micros, r.billed_unpriced_calls AS unpriced_calls,
+               CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_replayed_calls
+                    ELSE r.billed_replayed_calls - {others.format("replayed_calls")} END AS replayed_calls,
+               r.billed_replayed_cost_micros AS replayed_cost_micros,
+               r.billed_replayed_unpriced_calls AS replayed_unpriced_calls
+        FROM {runs} r
+        UNION ALL
+        SELECT r.*, e.key, false, 0, 0, 0, 0, 0, (e.value->>'calls')::INTEGER, (e.value->>'cost_micros')::BIGINT, 0,
+               (e.value->>'replayed_calls')::INTEGER, (e.value->>'replayed_cost_micros')::BIGINT, 0
+        FROM {runs} r, json_each(r.billed_other_currencies) e WHERE r.billed_other_currencies IS NOT NULL"""
 
 
-def outside_runs_spend(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> int:
-    """What the live calls `f` selects that were made outside any run cost (micro-minor units): from
-    the per-run rollup when it can answer `f` (`runs_rolled_up`), unless `raw`: the same figure."""
+# a bill's money, from its rows `r` (`bills`): live calls paid, and replayed calls with what they would
+# have cost, never added
+RUN_MONEY = """r.currency, r.calls, r.cost_micros, r.calls - r.unpriced_calls AS priced_calls, r.unpriced_calls,
+           r.replayed_calls, r.replayed_cost_micros, r.replayed_calls - r.replayed_unpriced_calls AS replayed_priced_calls,
+           r.replayed_unpriced_calls"""
+
+
+def _bill_sums(where: str = "true", money_only: bool = False) -> str:
+    """Sums of bills' rows `r` (`bills`), of those `where` selects."""
+    names = ("calls", "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros",
+             "replayed_unpriced_calls")
+    if not money_only:
+        names = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "unsettled", *names)
+    sums = [f"coalesce(sum(r.{name}) FILTER (WHERE {where}), 0)::BIGINT AS {name}" for name in names]
+    sums += [f"coalesce(sum(r.calls - r.unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT AS priced_calls",
+             f"coalesce(sum(r.replayed_calls - r.replayed_unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT "
+             "AS replayed_priced_calls"]
+    return ",\n               ".join(sums)
+
+
+_BILL_MONEY = _bill_sums(money_only=True)
+
+
+def outside_runs_spend(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
+    """What the live calls `f` selects that were made outside any run cost, per currency (micro-minor
+    units): from the per-run rollup when it can answer `f` (`runs_rolled_up`), unless `raw`: the same figures."""
     if not raw and runs_rolled_up(con, f):
-        return _rrq(con, f, "SELECT coalesce(sum(c.live_cost_micros), 0)::BIGINT AS micros FROM fc c "
-                    "WHERE c.run_id IS NULL")["micros"][0]
-    return _q(con, f, f"SELECT coalesce(sum(c.cost_micros), 0)::BIGINT AS micros FROM fc c "
-              f"WHERE c.run_id IS NULL AND {_LIVE}")["micros"][0]
+        return _rrq(con, f, "SELECT c.currency, sum(c.live_cost_micros)::BIGINT AS micros FROM fc c "
+                    "WHERE c.run_id IS NULL AND c.live_cost_micros IS NOT NULL GROUP BY c.currency ORDER BY c.currency")
+    return _q(con, f, f"SELECT c.currency, sum(c.cost_micros)::BIGINT AS micros FROM fc c "
+              f"WHERE c.run_id IS NULL AND {_LIVE} AND c.cost_micros IS NOT NULL GROUP BY c.currency ORDER BY c.currency")
 
 
 def failure_totals(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
-    """Failed top-level runs and their summed bills, beside the total spend they are a share of:
-    the bills of every top-level run plus the live calls made outside any run (`outside_runs_spend`)."""
-    return unknown_when_unpriced(_q(con, f, f"""
-        SELECT count(*) AS failed_runs, {_BILL},
-               (SELECT count(*) FROM fr WHERE parent_run_id IS NULL) AS runs,
-               ((SELECT coalesce(sum(billed_cost_micros), 0) FROM fr WHERE parent_run_id IS NULL)
-                + $outside_micros)::BIGINT AS total_cost_micros
-        FROM fr r WHERE r.parent_run_id IS NULL AND r.status = 'failed'""",
-        {"outside_micros": outside_runs_spend(con, f, raw)}))
+    """Failed top-level runs and their summed bills, beside the total spend they are a share of (the
+    bills of every top-level run plus the live calls made outside any run, `outside_runs_spend`): a
+    row per currency, most runs first. The counts are on each run's main currency's row (`bills`), so
+    they sum over the rows; the money never adds two currencies."""
+    frame = _q(con, f, f"""
+        , top AS (SELECT * FROM fr WHERE parent_run_id IS NULL), bills AS ({bills("top")})
+        SELECT r.currency, count(*) FILTER (WHERE r.main AND r.status = 'failed') AS failed_runs,
+               {_bill_sums("r.status = 'failed'")},
+               count(*) FILTER (WHERE r.main) AS runs, coalesce(sum(r.cost_micros), 0)::BIGINT AS total_cost_micros
+        FROM bills r GROUP BY r.currency""")
+    outside = outside_runs_spend(con, f, raw)
+    frame = (frame.join(outside, on="currency", how="full", coalesce=True)
+             .with_columns(pl.exclude("currency", "micros").fill_null(0))
+             .with_columns((pl.col("total_cost_micros") + pl.col("micros").fill_null(0)).alias("total_cost_micros"))
+             .drop("micros"))
+    if frame.is_empty():  # nothing stored: one row of zeros
+        frame = pl.DataFrame({name: [None if name == "currency" else 0] for name in frame.columns},
+                             schema=frame.schema)
+    return unknown_when_unpriced(frame.sort(["runs", "total_cost_micros", "currency"], descending=[True, True, False]))
 
 
 def failed_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 1000) -> pl.DataFrame:
     """Failed runs, latest first, top-level and nested (`top_level` tells them apart: only
-    top-level bills add up without counting a call twice)."""
+    top-level bills add up without counting a call twice): a row per run and currency its calls
+    were priced in (`bills`)."""
     return unknown_when_unpriced(_q(con, f, f"""
+        , failed AS MATERIALIZED (SELECT * FROM fr r WHERE r.status = 'failed' ORDER BY r.started_at DESC, r.run_id LIMIT $limit),
+          bills AS ({bills("failed")})
         SELECT r.run_id, r.name, r.parent_run_id IS NULL AS top_level, r.started_at, r.ended_at, r.error_code,
-               r.error_type, r.error_message, r.prompt_id, r.prompt_version,
-               r.billed_input_tokens AS input_tokens, r.billed_cache_read_tokens AS cache_read_tokens,
-               r.billed_cache_write_tokens AS cache_write_tokens, r.billed_output_tokens AS output_tokens,
-               r.billed_unsettled AS unsettled, {_RUN_MONEY}
-        FROM fr r WHERE r.status = 'failed'
-        ORDER BY r.started_at DESC, r.run_id LIMIT $limit""", {"limit": limit}))
+               r.error_type, r.error_message, r.prompt_id, r.prompt_version, r.input_tokens, r.cache_read_tokens,
+               r.cache_write_tokens, r.output_tokens, r.unsettled, {RUN_MONEY}
+        FROM bills r
+        ORDER BY r.started_at DESC, r.run_id, r.main DESC, r.currency""", {"limit": limit}))
 
 
 def failures_by(con: duckdb.DuckDBPyConnection, f: Filters, by: Literal["error_code", "prompt"]) -> pl.DataFrame:
-    """Failed top-level runs and their bills, by error code or by prompt id and version."""
+    """Failed top-level runs and their bills, by error code or by prompt id and version, and currency."""
     # a failure with no Workbench code (an SDK's own exception) is grouped by its exception type
     keys = "coalesce(r.error_code, r.error_type) AS error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
     return unknown_when_unpriced(_q(con, f, f"""
-        SELECT {keys}, count(*) AS runs, {_BILL}
-        FROM fr r WHERE r.parent_run_id IS NULL AND r.status = 'failed'
-        GROUP BY ALL ORDER BY cost_micros DESC, runs DESC"""))
+        , failed AS (SELECT * FROM fr WHERE parent_run_id IS NULL AND status = 'failed'), bills AS ({bills("failed")})
+        SELECT {keys}, r.currency, count(*) FILTER (WHERE r.main) AS runs, {_bill_sums()}
+        FROM bills r
+        GROUP BY ALL ORDER BY cost_micros DESC, runs DESC, r.currency"""))
