@@ -62,6 +62,22 @@ def test_a_process_that_recorded_nothing_dismisses_its_standby(tmp_path, fake_ur
     assert not db.exists()
 
 
+# what both apps below do: a client, one call, and a wait for a condition (a minute at most)
+_CALL_AND_UNTIL = r"""
+client = workbench.http_client()
+
+def call(index):
+    client.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
+
+def until(test, what):
+    deadline = time.monotonic() + 60
+    while not test():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"never {what}")
+        time.sleep(0.02)
+"""
+
+
 # A recording that goes on: the standby drains each closed file while the process records into the
 # next (`Spool._drain`), whatever happens to the process, the standby or the store meanwhile.
 DRAINING_APP = r"""
@@ -77,17 +93,7 @@ spool = recorder().spool
 spool.stand_by()
 standby = spool._standby
 print(standby.pid, flush=True)
-client = workbench.http_client()
-
-def call(index):
-    client.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
-
-def until(test, what):
-    deadline = time.monotonic() + 60
-    while not test():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"never {what}")
-        time.sleep(0.02)
+""" + _CALL_AND_UNTIL + r"""
 
 held = None
 if how == "lock":  # another process ingesting
@@ -176,17 +182,7 @@ spool_module.DRAIN_IDLE_AFTER_BYTES = 1
 spool = recorder().spool
 spool.stand_by()
 print(spool._standby.pid, flush=True)
-client = workbench.http_client()
-
-def call(index):
-    client.post(url + "/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
-
-def until(test, what):
-    deadline = time.monotonic() + 60
-    while not test():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"never {what}")
-        time.sleep(0.02)
+""" + _CALL_AND_UNTIL + r"""
 
 call(0)
 until(lambda: spool._drained and not spool._drained[0].exists(), "drained and stored the first file before it filled")
