@@ -119,3 +119,18 @@ def test_the_report_says_when_its_latency_is_read_from_the_buckets(dashboard_db,
     assert "within 1.0% of the exact one" in bucketed.stdout and "≈" not in exact.stdout
     rows = json.loads(workbench(dashboard_db, "report", "cost", "--by", "model", "--format", "json").stdout)
     assert rows and all(row["latency_approx"] for row in rows)
+
+
+@pytest.mark.parametrize("by", ["error_code", "prompt"])
+def test_the_failures_table_shows_each_group_whole_in_a_terminals_width(dashboard_db, by):
+    """The table holds what fits a terminal (its tokens are in --format csv and json): with every
+    column, rich squeezed the group's column to nothing at 140 characters."""
+    rows = json.loads(workbench(dashboard_db, "report", "failures", "--by", by, "--format", "json").stdout)
+    result = workbench(dashboard_db, "report", "failures", "--by", by)
+    assert result.exit_code == 0, result.output
+    key = "error_code" if by == "error_code" else "prompt_id"
+    groups = [row[key] for row in rows if row[key]]
+    assert groups and all(any(group in line for line in result.stdout.splitlines()) for group in groups), result.stdout
+    header = next(line for line in result.stdout.splitlines() if line.startswith("┃"))
+    assert all(f" {name} " in header for name in ("runs", "calls", "unsettled", "replayed_calls")), header
+    assert "input_tokens" in rows[0] and max(len(line) for line in result.stdout.splitlines()) <= 140

@@ -172,7 +172,11 @@ def report_failures(
     from workbench.store import queries
 
     by = by.value
-    _emit(_read(db, lambda con: queries.failures_by(con, _filters(since), by)), fmt, f"failed runs by {by}")
+    frame = _read(db, lambda con: queries.failures_by(con, _filters(since), by))
+    if fmt == "table":  # what fits a terminal: the tokens are in --format csv and json
+        tokens = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+        frame = frame.drop(*tokens, "priced_calls", "replayed_priced_calls")
+    _emit(frame, fmt, f"failed runs by {by}")
 
 
 @report_app.command("evals")
