@@ -354,7 +354,7 @@ def prompt_runs_for_cases(con: duckdb.DuckDBPyConnection, prompt_id: str, since:
             SELECT * FROM cand WHERE run_id NOT IN (SELECT parent_run_id FROM cand WHERE parent_run_id IS NOT NULL)
               AND ($include_evals OR run_id NOT IN (SELECT run_id FROM eval_traffic))),
         last_call AS (
-            SELECT c.run_id, c.replayed, r.output_text, r.tool_calls,
+            SELECT c.run_id, c.replayed, b.output_text, b.tool_calls,
                    row_number() OVER (PARTITION BY c.run_id ORDER BY c.started_at DESC, c.call_id DESC) AS n
             FROM calls c JOIN call_bodies b USING (call_id)
             WHERE c.settled AND c.run_id IN (SELECT run_id FROM leaf)),
