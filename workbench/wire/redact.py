@@ -5,7 +5,9 @@ the recorder would have scrubbed.
 - Headers and query parameters are secret by NAME: any name with a word that carries a credential
   (auth, token, key, secret, password, cookie, session, signature, credential, jwt, bearer, an
   organization or project id; `code` for query parameters, the OAuth code), whole or glued into
-  another (`apikeyvalue`, `JSESSIONID`). Their values go.
+  another (`apikeyvalue`, `JSESSIONID`). Their values go. Everyday words that merely hold one
+  (`author`, `tokenizer`, `sessions`, `monkey`) and names of a figure (`token_count`,
+  `x-session-count`) are kept: their values are data a replay matches on.
 - URL user-info (`https://user:pass@host`) goes whole.
 - Bodies and free text are secret by SHAPE: the key formats of the LLM providers (OpenAI, Anthropic,
   OpenRouter, Groq, xAI, Hugging Face, Google), AWS, GitHub, Slack, Stripe, JWTs, bearer tokens
@@ -29,20 +31,44 @@ REDACTED_USERINFO = "%5Bredacted%5D"
 
 # words of a header or query-parameter name that mark its value as a credential
 _CREDENTIAL_WORDS = frozenset({
-    "auth", "authorization", "token", "key", "apikey", "secret", "password", "passwd", "pwd", "passphrase",
-    "cookie", "session", "sessionid", "sid", "signature", "sig", "credential", "credentials", "jwt", "bearer",
+    "auth", "authn", "authz", "authorization", "token", "key", "apikey", "secret", "password", "passwd", "pwd",
+    "pass", "passcode", "passphrase", "cookie", "session", "sessionid", "sid", "signature", "sig", "hmac",
+    "credential", "credentials", "jwt", "bearer", "assertion", "saml", "ticket", "csrf", "xsrf",
     "organization", "org", "project", "otp",
 })
 # concatenated names ("apikey", "accesstoken", "xsessiontoken"): these endings and beginnings
 _CREDENTIAL_END = re.compile(
     r"(key|token|secret|signature|sig|password|passwd|pwd|auth|jwt|bearer|credentials?|cookie|session|sessid)$"
 )
-_CREDENTIAL_START = ("auth", "secret", "token", "session", "passw", "credential", "bearer", "jwt", "cookie")
+_CREDENTIAL_START = ("auth", "secret", "token", "session", "passw", "credential", "bearer", "jwt", "cookie", "saml")
 # ... and these anywhere in them ("apikeyvalue", "JSESSIONID", "clientsecretvalue"): no other word holds them
 _CREDENTIAL_INSIDE = re.compile(
-    "apikey|secret|passw|credential|sessionid|sessid|accesstoken|authtoken|refreshtoken|accesskey|privatekey")
-# query parameters only: an OAuth authorization code travels as `code`
-_QUERY_ONLY_WORDS = frozenset({"code"})
+    "apikey|secret|passw|passcode|credential|sessionid|sessid|accesstoken|authtoken|refreshtoken|accesskey|privatekey")
+# everyday words those endings, beginnings and insides would take for credentials (`?author=`,
+# `tokenizer`, `sessions`, `monkey`); a credential word beside them still counts (`x-author-token`)
+_EVERYDAY_WORDS = frozenset({
+    "author", "authors", "authored", "authoring", "authorship", "authority", "authorities", "authoritative",
+    "tokens", "tokenize", "tokenized", "tokenizer", "tokenizers", "tokenization", "sessions",
+    "secretary", "secretaries", "secretariat", "monkey", "donkey", "turkey", "whiskey", "hockey", "jockey",
+    "hotkey", "turnkey",
+})
+# a name ending in one of these holds a figure about credentials, not one (`token_count`, `x-session-count`)
+_FIGURE_WORDS = frozenset({"count", "counts", "limit", "limits", "remaining", "total", "length", "size", "max",
+                           "min", "ttl", "timeout", "duration", "lifetime"})
+# a credential word right after one of these words names no credential: a page cursor (`pageToken`,
+# `next_token`, `continuation-token`: masked, the requests for every page of a listing look alike), a code
+# of a kind (`language_code`, `country_code`)
+_NOT_CREDENTIAL_AFTER = {
+    "token": frozenset({"page", "next", "continuation", "pagination", "starting", "checkpoint", "cursor", "sync"}),
+    "code": frozenset({"language", "lang", "locale", "country", "region", "area", "postal", "zip", "currency",
+                       "status", "error", "response", "exit", "http"}),
+}
+# standard names the words misread: CORS's flag (its value is `true`), OAuth's proof of possession
+# (`DPoP`: camelCase splits it as `DPo-P`)
+_STANDARD_NAMES = {"access-control-allow-credentials": False, "dpop": True}
+# query parameters only: an OAuth authorization code travels as `code`, PKCE's and OAuth 1's
+# verifiers as `code_verifier`, `oauth_verifier`
+_QUERY_ONLY_WORDS = frozenset({"code", "verifier"})
 _WORD_SPLIT = re.compile(r"[^a-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
@@ -52,10 +78,21 @@ def _words(name: str) -> list[str]:
 
 
 def _credential_name(name: str, extra: frozenset[str] = frozenset()) -> bool:
+    standard = _STANDARD_NAMES.get(name.lower())
+    if standard is not None:
+        return standard
     words = _words(name)
-    if any(word in _CREDENTIAL_WORDS or word in extra for word in words):
-        return True
-    compact = "".join(words)
+    if len(words) > 1 and words[-1] in _FIGURE_WORDS:
+        return False
+    glued = []  # the words the glued rules read: not the everyday ones, nor a cursor's `token`
+    for before, word in zip(("", *words), words):
+        if before in _NOT_CREDENTIAL_AFTER.get(word, ()):
+            continue
+        if word in _CREDENTIAL_WORDS or word in extra:
+            return True
+        if word not in _EVERYDAY_WORDS:
+            glued.append(word)
+    compact = "".join(glued)
     return (bool(_CREDENTIAL_END.search(compact)) or compact.startswith(_CREDENTIAL_START)
             or _CREDENTIAL_INSIDE.search(compact) is not None)
 
