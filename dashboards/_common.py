@@ -407,6 +407,41 @@ def money_by_currency(frame: pl.DataFrame, column: str = "cost_micros") -> str:
     return format_amounts((row[column], row.get("currency") or "USD") for row in frame.iter_rows(named=True))
 
 
+def eval_costs(rows) -> tuple[dict[str, int], int]:
+    """Stored eval rows' cost (migration 0020) per currency, and their unpriced calls: `cost_micros` in
+    its `currency` where it is one figure, else each currency's money in `costs`. A row written before
+    named no currency: dollars, as it was shown then."""
+    import json
+
+    costs: dict[str, int] = {}
+    unpriced = 0
+    for row in rows:
+        parts = ({row.get("currency") or "USD": row["cost_micros"]} if row["cost_micros"] is not None
+                 else json.loads(row.get("costs") or "{}"))
+        for currency, micros in parts.items():
+            costs[currency] = costs.get(currency, 0) + micros
+        unpriced += row.get("unpriced_calls") or 0
+    return costs, unpriced
+
+
+def costs_text(costs: dict[str, int], unpriced: int) -> str:
+    """`eval_costs` in words: each currency exact, the unpriced calls named, never 0 for them."""
+    if unpriced and not costs:
+        return format_priced(None, None, unpriced)
+    text = format_amounts([(micros, currency) for currency, micros in costs.items()])
+    return f"{text} + {unpriced:,} unpriced" if unpriced else text
+
+
+def with_eval_cost(frame: pl.DataFrame) -> pl.DataFrame:
+    """An eval table with its cost as text (`cost`, each row's currencies apart, `costs_text`) in place
+    of the stored figure and its parts."""
+    if frame.is_empty():
+        return frame
+    text = [costs_text(*eval_costs([row])) for row in frame.select("cost_micros", "currency", "costs", "unpriced_calls")
+            .iter_rows(named=True)]
+    return frame.drop("cost_micros", "costs", "unpriced_calls").with_columns(pl.Series("cost", text, dtype=pl.Utf8))
+
+
 def major_units(micros: pl.Expr, currency: str | None = "USD") -> pl.Expr:
     """For a chart axis only: micro-minor units to major units (a float, drawn, never summed)."""
     return micros.cast(pl.Float64) / float(MICROS_PER_MINOR * 10 ** minor_digits(currency))

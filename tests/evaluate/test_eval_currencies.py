@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 
 from eval_support import OFFLINE_ENV, examples_copy, workbench_cli
+from fixtures.dashboard_app import render
 
 from workbench.capture.runs import Billed, CurrencyPart
 from workbench.evaluate.runner import bill_costs, one_cost
 from workbench.money import format_amount, format_exact
+from workbench.store.db import open_store
 
 EUROS = "claude-eur-judge"  # the summarizer's judge, replayed, priced by the project's models.toml in EUR
 MODELS_TOML = f"""
@@ -40,6 +42,12 @@ def _euro_judge(root: Path) -> Path:
 
 
 def test_a_judge_in_euros_beside_cases_in_dollars_is_never_one_sum(tmp_path):
+    _two_currency_eval(tmp_path)
+
+
+def _two_currency_eval(tmp_path: Path) -> tuple[Path, int, int]:
+    """The summarizer with its judge in euros, through `workbench eval --json` then the console;
+    its euros and dollars."""
     project = _euro_judge(tmp_path / "p")
     result = workbench_cli(project, "eval", "summarizer", "--json", "out.json", env=OFFLINE_ENV)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -58,6 +66,26 @@ def test_a_judge_in_euros_beside_cases_in_dollars_is_never_one_sum(tmp_path):
     assert console.returncode == 0, console.stdout + console.stderr
     both = f"{format_amount(judges, 'EUR')} + {format_amount(dollars, 'USD')}"
     assert f"cost {both} (judges {format_amount(judges, 'EUR')})" in console.stdout.replace("\n", " ")
+
+    # stored (migration 0020): the run's currencies apart, each case's figure named in its currency
+    with open_store(project / "wb.duckdb", read_only=True) as con:
+        runs = con.execute("SELECT cost_micros, currency, costs, unpriced_calls FROM eval_runs").fetchall()
+        results = con.execute("SELECT DISTINCT currency, costs, unpriced_calls FROM eval_results").fetchall()
+        samples = con.execute("SELECT DISTINCT currency, costs, unpriced_calls FROM eval_samples").fetchall()
+    assert runs and set(runs) == {(None, None, json.dumps({"EUR": judges, "USD": dollars}), 0)}
+    assert results == samples == [("USD", None, 0)]
+    return project, judges, dollars
+
+
+def test_the_evals_page_keeps_the_currencies_apart(tmp_path, monkeypatch):
+    project, judges, dollars = _two_currency_eval(tmp_path)
+    stored = 2  # both evals: the page ingests what the second left spooled
+    at = render(project / "wb.duckdb", monkeypatch, "evals.py")
+    shown = {metric.label: metric.value for metric in at.metric}
+    assert shown["Eval spend"] == f"{format_amount(stored * judges, 'EUR')} + {format_amount(stored * dollars, 'USD')}"
+    assert shown["Cost per case"] == "–"  # no one figure of two currencies
+    runs = next(frame.value for frame in at.dataframe if "verdict" in frame.value.columns)
+    assert list(runs["cost"]) == [f"{format_amount(judges, 'EUR')} + {format_amount(dollars, 'USD')}"] * stored
 
 
 UNPRICED = "claude-unpriced-judge"

@@ -216,6 +216,14 @@ def one_cost(costs: dict[str, int], unpriced: int) -> tuple[int | None, str | No
     return next(iter(costs.values()), 0), next(iter(costs), None)
 
 
+def stored_costs(costs: dict[str, int], unpriced: int) -> dict:
+    """A cost's columns in the store (migration 0020): `cost_micros` and its `currency` when it is one
+    figure; else `costs` (JSON, each currency's money) and `unpriced_calls`."""
+    micros, currency = one_cost(costs, unpriced)
+    return {"cost_micros": micros, "currency": currency, "unpriced_calls": unpriced,
+            "costs": None if micros is not None else json.dumps(costs, sort_keys=True)}
+
+
 def costs_of(parts) -> tuple[dict[str, int], int]:
     """Samples' or case results' money by currency, and their unpriced calls."""
     costs: dict[str, int] = {}
@@ -582,7 +590,7 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
                     latency_ms, live[0] > 0, error, stage, case_run.currency, other_costs or None, unpriced)
     recorder().spool.append("eval_sample", {  # stored now: nothing a killed eval finished is lost
         "eval_run_id": eval_run.eval_run_id, "case_id": case.id, "epoch": sample.epoch,
-        "run_id": sample.run_id, "score": sample.score, "cost_micros": sample.cost_micros,
+        "run_id": sample.run_id, "score": sample.score, **stored_costs(*costs_of((sample,))),
         "latency_ms": sample.latency_ms, "live": sample.live, "output": text,
         "scores": json.dumps({name: score.value for name, score in scores.items()}),
         "error": f"{error.code}: {error.cause}" if error else None,
@@ -604,7 +612,7 @@ def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str
             "eval_run_id": eval_run.eval_run_id, "case_id": result.case_id, "run_id": result.run_id,
             "score": result.score, "baseline_score": case.baseline if case else None,
             "delta": case.delta if case else None, "passed": None if case is None else not case.failed,
-            "cost_micros": result.cost_micros, "baseline_cost_micros": case.baseline_cost_micros if case else None,
+            **stored_costs(*result.costs), "baseline_cost_micros": case.baseline_cost_micros if case else None,
             "output": result.output,
             "scores": json.dumps({name: score.value for name, score in result.scores.items()}),
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
@@ -628,7 +636,8 @@ def _store_run_row(eval_run: EvalRun, status: str, verdict=None, error_code: str
         "mean_score": eval_run.mean, "baseline_mean": verdict.baseline_mean if verdict is not None else None,
         "tolerance": eval_run.suite.tolerance, "verdict": status, "error_code": error_code,
         "cases": len(eval_run.suite.cases) if started else len(eval_run.results), "failed_cases": failed_cases,
-        "cost_micros": None if started else eval_run.cost_micros, "epochs": eval_run.epochs, "spread": eval_run.spread,
+        **(dict.fromkeys(("cost_micros", "currency", "costs", "unpriced_calls")) if started
+           else stored_costs(*eval_run.costs)), "epochs": eval_run.epochs, "spread": eval_run.spread,
         "confidence": verdict.confidence if verdict is not None else eval_run.suite.confidence,
         "errored_cases": None if started else len(eval_run.errored), "matrix_id": eval_run.matrix_id,
         "matrix_reference": eval_run.matrix_reference if eval_run.matrix_id else None,
