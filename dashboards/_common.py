@@ -27,7 +27,7 @@ import streamlit as st
 
 from workbench.config import is_lake, load_settings
 from workbench.errors import WorkbenchError
-from workbench.money import MICROS_PER_MINOR, format_amount, format_amounts, format_priced, minor_digits
+from workbench.money import MICROS_PER_MINOR, format_amount, format_amounts, format_costs, format_priced, minor_digits
 from workbench.store import queries as q
 
 # file, title, icon: the navigation, in order
@@ -424,20 +424,12 @@ def eval_costs(rows) -> tuple[dict[str, int], int]:
     return costs, unpriced
 
 
-def costs_text(costs: dict[str, int], unpriced: int) -> str:
-    """`eval_costs` in words: each currency exact, the unpriced calls named, never 0 for them."""
-    if unpriced and not costs:
-        return format_priced(None, None, unpriced)
-    text = format_amounts([(micros, currency) for currency, micros in costs.items()])
-    return f"{text} + {unpriced:,} unpriced" if unpriced else text
-
-
 def with_eval_cost(frame: pl.DataFrame) -> pl.DataFrame:
-    """An eval table with its cost as text (`cost`, each row's currencies apart, `costs_text`) in place
+    """An eval table with its cost as text (`cost`, each row's currencies apart, `format_costs`) in place
     of the stored figure and its parts."""
     if frame.is_empty():
         return frame
-    text = [costs_text(*eval_costs([row])) for row in frame.select("cost_micros", "currency", "costs", "unpriced_calls")
+    text = [format_costs(*eval_costs([row])) for row in frame.select("cost_micros", "currency", "costs", "unpriced_calls")
             .iter_rows(named=True)]
     return frame.drop("cost_micros", "costs", "unpriced_calls").with_columns(pl.Series("cost", text, dtype=pl.Utf8))
 

@@ -82,7 +82,7 @@ cols[0].metric("Eval runs", f"{history.height:,}", help=f"{latest.height} suites
 failed = history.filter(pl.col("verdict").is_in(["regression", "error"])).height
 cols[1].metric("Failed gates", f"{failed:,}", help="verdict regression or error")
 spend = ui.eval_costs(history.select("cost_micros", "currency", "costs", "unpriced_calls").iter_rows(named=True))
-cols[2].metric("Eval spend", ui.costs_text(*spend), help="each currency apart; unpriced calls counted, never free")
+cols[2].metric("Eval spend", ui.format_costs(*spend), help="each currency apart; unpriced calls counted, never free")
 cases = int(history["cases"].sum())
 [(currency, total)] = spend[0].items() if len(spend[0]) == 1 and not spend[1] else [(None, None)]
 cols[3].metric("Cost per case", ui.money(total // cases, currency) if cases and total is not None else "–",

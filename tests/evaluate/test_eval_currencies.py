@@ -127,7 +127,7 @@ def test_an_unpriced_judge_is_counted_never_free(tmp_path):
 
     console = workbench_cli(project, "eval", "summarizer", env=OFFLINE_ENV)
     assert console.returncode == 0, console.stdout + console.stderr
-    assert (f"cost {format_amount(dollars, 'USD')} + 12 unpriced calls (judges unpriced (12 calls))"
+    assert (f"cost {format_amount(dollars, 'USD')} + 12 unpriced (judges unpriced (12 calls))"
             in console.stdout.replace("\n", " "))
 
 
@@ -149,8 +149,29 @@ def test_an_unpriced_judge_call_is_counted_never_free():
 def test_the_reports_say_unpriced_calls_and_each_currency():
     from workbench.evaluate.report import cost_text
 
-    assert cost_text({"costs": {"USD": 700}, "unpriced_calls": 1}) == f"{format_amount(700, 'USD')} + 1 unpriced call"
+    assert cost_text({"costs": {"USD": 700}, "unpriced_calls": 1}) == f"{format_amount(700, 'USD')} + 1 unpriced"
     assert cost_text({"judge_costs": {}, "judge_unpriced_calls": 2}, "judge_") == "unpriced (2 calls)"
     assert cost_text({"costs": {"USD": 700, "EUR": 5}, "unpriced_calls": 0}, exact=True) == (
         f"{format_exact(700, 'USD')} + {format_exact(5, 'EUR')}")
     assert cost_text({"costs": {}, "unpriced_calls": 0}) == format_amount(0)
+
+
+def test_a_compare_cell_names_its_currency(tmp_path):
+    """`workbench eval compare` with one model priced in euros (its models.toml row): that cell's cost
+    per case is in euros, the other's in dollars (every cell said USD before)."""
+    project = examples_copy(tmp_path / "p")
+    toml = project / "models.toml"
+    toml.write_text(toml.read_text().replace('id = "gpt-4o-mini"\n', 'id = "gpt-4o-mini"\ncurrency = "EUR"\n', 1))
+    result = workbench_cli(project, "eval", "compare", "classifier", "--versions", "v1", "--models",
+                           "claude-haiku-4-5,gpt-4o-mini", "--format", "json", env=OFFLINE_ENV)
+    assert result.returncode == 0, result.stdout + result.stderr
+    cells = {cell["model"]: cell for cell in json.loads(result.stdout)["cells"]}
+    euros, dollars = cells["gpt-4o-mini"], cells["claude-haiku-4-5"]
+    assert (euros["currency"], dollars["currency"]) == ("EUR", "USD")
+    assert euros["costs_per_case"] == {"EUR": euros["cost_per_case_micros"]} and euros["cost_per_case_micros"] > 0
+    assert dollars["costs_per_case"] == {"USD": dollars["cost_per_case_micros"]}
+    table = workbench_cli(project, "eval", "compare", "classifier", "--versions", "v1", "--models",
+                          "claude-haiku-4-5,gpt-4o-mini", env=OFFLINE_ENV)
+    assert table.returncode == 0, table.stderr
+    assert format_exact(euros["cost_per_case_micros"], "EUR") in table.stdout
+    assert format_exact(dollars["cost_per_case_micros"], "USD") in table.stdout

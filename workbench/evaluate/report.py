@@ -19,7 +19,7 @@ from workbench.evaluate import stats
 from workbench.evaluate.gate import Outcome
 from workbench.evaluate.scorers import as_text
 from workbench.evaluate.runner import bill_costs, one_cost
-from workbench.money import format_amounts, format_exact
+from workbench.money import format_costs
 
 if TYPE_CHECKING:  # imported by the JUnit writer alone: an eval without --junit never loads it
     from xml.etree import ElementTree
@@ -97,14 +97,8 @@ def _cost_fields(costs: dict[str, int], unpriced: int, prefix: str = "") -> dict
 
 
 def cost_text(data: dict, prefix: str = "", exact: bool = False) -> str:
-    """A report's cost (`_cost_fields`) in words: `0.0123 USD + 0.5 EUR + 2 unpriced calls`; nothing
-    priced, `unpriced (2 calls)`; never 0 for what was not priced. `exact`: every digit."""
-    costs, unpriced = data[f"{prefix}costs"], data[f"{prefix}unpriced_calls"]
-    if unpriced and not costs:
-        return f"unpriced ({unpriced:,} call{'' if unpriced == 1 else 's'})"
-    text = (" + ".join(format_exact(micros, currency) for currency, micros in costs.items()) or format_exact(0)
-            if exact else format_amounts([(micros, currency) for currency, micros in costs.items()]))
-    return text + (f" + {unpriced:,} unpriced call{'' if unpriced == 1 else 's'}" if unpriced else "")
+    """A report's cost (`_cost_fields`) in words (`format_costs`). `exact`: every digit."""
+    return format_costs(data[f"{prefix}costs"], data[f"{prefix}unpriced_calls"], exact)
 
 
 def summary(outcome: Outcome, cases: bool = True) -> dict:

@@ -153,7 +153,11 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
             FROM eval_results r JOIN cells c USING (eval_run_id) GROUP BY r.eval_run_id),
         samples AS (
             SELECT s.eval_run_id, count(*) AS samples,
-                   CASE WHEN count(*) = count(s.cost_micros) THEN sum(s.cost_micros)::BIGINT END AS cost_micros,
+                   -- one figure in one currency (a sample written before named none: dollars, as then shown)
+                   CASE WHEN count(*) = count(s.cost_micros) AND count(DISTINCT coalesce(s.currency, 'USD')) = 1
+                        THEN sum(s.cost_micros)::BIGINT END AS cost_micros,
+                   CASE WHEN count(DISTINCT coalesce(s.currency, 'USD')) = 1
+                        THEN any_value(coalesce(s.currency, 'USD')) END AS currency,
                    count(*) FILTER (WHERE s.live) AS live_samples,
                    median(s.latency_ms) FILTER (WHERE s.live) AS latency_median_ms,
                    -- the 95th percentile by nearest rank, as `workbench eval compare` gives it
@@ -165,7 +169,7 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
                -- one sample's cost, rounded up (costs are never negative; DuckDB's // truncates)
                CASE WHEN s.samples > 0 THEN ((s.cost_micros + s.samples - 1) // s.samples)::BIGINT END
                    AS cost_per_case_micros,
-               s.latency_median_ms, s.latency_p95_ms, s.live_samples, s.samples, c.cases, c.errored_cases, c.epochs,
+               s.currency, s.latency_median_ms, s.latency_p95_ms, s.live_samples, s.samples, c.cases, c.errored_cases, c.epochs,
                c.mode, m.worse_cases, m.better_cases, c.eval_run_id
         FROM cells c LEFT JOIN moved m USING (eval_run_id) LEFT JOIN samples s USING (eval_run_id)
         ORDER BY c.started_at, c.eval_run_id""", {"matrix_id": matrix_id})
