@@ -11,9 +11,11 @@ from eval_support import OFFLINE_ENV, examples_copy, workbench_cli
 from fixtures.dashboard_app import render
 
 from workbench.capture.runs import Billed, CurrencyPart
+from workbench.config import spool_dir_of
 from workbench.evaluate.runner import bill_costs, one_cost
 from workbench.money import format_amount, format_exact
 from workbench.store.db import open_store
+from workbench.store.ingest import ingest_spools
 
 EUROS = "claude-eur-judge"  # the summarizer's judge, replayed, priced by the project's models.toml in EUR
 MODELS_TOML = f"""
@@ -68,18 +70,19 @@ def _two_currency_eval(tmp_path: Path) -> tuple[Path, int, int]:
     assert f"cost {both} (judges {format_amount(judges, 'EUR')})" in console.stdout.replace("\n", " ")
 
     # stored (migration 0020): the run's currencies apart, each case's figure named in its currency
+    ingest_spools(project / "wb.duckdb", spool_dir_of(project / "wb.duckdb"))
     with open_store(project / "wb.duckdb", read_only=True) as con:
         runs = con.execute("SELECT cost_micros, currency, costs, unpriced_calls FROM eval_runs").fetchall()
         results = con.execute("SELECT DISTINCT currency, costs, unpriced_calls FROM eval_results").fetchall()
         samples = con.execute("SELECT DISTINCT currency, costs, unpriced_calls FROM eval_samples").fetchall()
-    assert runs and set(runs) == {(None, None, json.dumps({"EUR": judges, "USD": dollars}), 0)}
+    assert runs == [(None, None, json.dumps({"EUR": judges, "USD": dollars}), 0)] * 2
     assert results == samples == [("USD", None, 0)]
     return project, judges, dollars
 
 
 def test_the_evals_page_keeps_the_currencies_apart(tmp_path, monkeypatch):
     project, judges, dollars = _two_currency_eval(tmp_path)
-    stored = 2  # both evals: the page ingests what the second left spooled
+    stored = 2  # both evals
     at = render(project / "wb.duckdb", monkeypatch, "evals.py")
     shown = {metric.label: metric.value for metric in at.metric}
     assert shown["Eval spend"] == f"{format_amount(stored * judges, 'EUR')} + {format_amount(stored * dollars, 'USD')}"
