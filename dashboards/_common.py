@@ -27,7 +27,7 @@ import streamlit as st
 
 from workbench.config import is_lake, load_settings
 from workbench.errors import WorkbenchError
-from workbench.money import MICROS_PER_MINOR, format_amount, format_amounts, format_priced, minor_digits
+from workbench.money import MICROS_PER_MINOR, format_amount, format_amounts, format_costs, format_priced, minor_digits
 from workbench.store import queries as q
 
 # file, title, icon: the navigation, in order
@@ -405,6 +405,33 @@ def exact(micros: int | None, currency: str | None = "USD") -> str:
 def money_by_currency(frame: pl.DataFrame, column: str = "cost_micros") -> str:
     """Exact totals per currency, joined: a sum never mixes currencies."""
     return format_amounts((row[column], row.get("currency") or "USD") for row in frame.iter_rows(named=True))
+
+
+def eval_costs(rows) -> tuple[dict[str, int], int]:
+    """Stored eval rows' cost (migration 0020) per currency, and their unpriced calls: `cost_micros` in
+    its `currency` where it is one figure, else each currency's money in `costs`. A row written before
+    named no currency: dollars, as it was shown then."""
+    import json
+
+    costs: dict[str, int] = {}
+    unpriced = 0
+    for row in rows:
+        parts = ({row.get("currency") or "USD": row["cost_micros"]} if row["cost_micros"] is not None
+                 else json.loads(row.get("costs") or "{}"))
+        for currency, micros in parts.items():
+            costs[currency] = costs.get(currency, 0) + micros
+        unpriced += row.get("unpriced_calls") or 0
+    return costs, unpriced
+
+
+def with_eval_cost(frame: pl.DataFrame) -> pl.DataFrame:
+    """An eval table with its cost as text (`cost`, each row's currencies apart, `format_costs`) in place
+    of the stored figure and its parts."""
+    if frame.is_empty():
+        return frame
+    text = [format_costs(*eval_costs([row])) for row in frame.select("cost_micros", "currency", "costs", "unpriced_calls")
+            .iter_rows(named=True)]
+    return frame.drop("cost_micros", "costs", "unpriced_calls").with_columns(pl.Series("cost", text, dtype=pl.Utf8))
 
 
 def major_units(micros: pl.Expr, currency: str | None = "USD") -> pl.Expr:

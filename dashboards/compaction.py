@@ -25,7 +25,8 @@ cols[1].metric("Failed", f"{totals['failed']:,}", help="outcome other than ok")
 cols[2].metric("Tokens before → after", f"{ui.compact(totals['tokens_before'])} → {ui.compact(totals['tokens_after'])}",
                help=f"{ui.share(totals['tokens_before'] - totals['tokens_after'], totals['tokens_before'])} removed")
 cols[3].metric("Turns summarised / kept", f"{totals['summarised_turns']:,} / {totals['kept_turns']:,}")
-cols[4].metric("Summary cost", ui.money(totals["cost_micros"], "USD", totals["unpriced"]))
+cols[4].metric("Summary cost", ui.format_costs({part["currency"]: part["cost_micros"] for part in totals["costs"] or []},
+                                             totals["unpriced"]), help="each currency its summary calls were priced in, apart")
 ui.filter_sidebar(filters)
 
 data = ui.load("compaction_tables", filters)

@@ -81,10 +81,13 @@ latest = history.sort("started_at").group_by("suite").last()
 cols[0].metric("Eval runs", f"{history.height:,}", help=f"{latest.height} suites")
 failed = history.filter(pl.col("verdict").is_in(["regression", "error"])).height
 cols[1].metric("Failed gates", f"{failed:,}", help="verdict regression or error")
-cols[2].metric("Eval spend", ui.money(int(history["cost_micros"].fill_null(0).sum())))
+spend = ui.eval_costs(history.select("cost_micros", "currency", "costs", "unpriced_calls").iter_rows(named=True))
+cols[2].metric("Eval spend", ui.format_costs(*spend), help="each currency apart; unpriced calls counted, never free")
 cases = int(history["cases"].sum())
-cols[3].metric("Cost per case", ui.money(int(history["cost_micros"].fill_null(0).sum()) // cases) if cases else "–",
-               help="rounded up to the cent; exact per-case costs are in the table")
+[(currency, total)] = spend[0].items() if len(spend[0]) == 1 and not spend[1] else [(None, None)]
+cols[3].metric("Cost per case", ui.money(total // cases, currency) if cases and total is not None else "–",
+               help="exact per-case costs are in the table; – when the runs were priced in two currencies or a "
+                    "call was unpriced (no one figure)")
 ui.filter_sidebar(filters)
 
 st.subheader("Score history")
@@ -99,8 +102,8 @@ chart = alt.Chart(chart_data).mark_line(point=True).encode(
 st.altair_chart(chart, width="stretch")
 
 st.subheader("Gate verdicts")
-ui.table(history.sort("started_at", descending=True), "eval_runs",
-         money_columns=("cost_micros",), exact_columns=("cost_per_case_micros",))
+ui.table(ui.with_eval_cost(history.sort("started_at", descending=True)), "eval_runs",
+         money_columns=(), exact_columns=("cost_per_case_micros",))
 
 st.subheader("Cases")
 runs = history.sort("started_at", descending=True)
@@ -117,6 +120,6 @@ if not cases_frame.is_empty():
             tooltip=["case_id", "score", "baseline_score", "delta", "passed"],
         ).properties(height=240)
         st.altair_chart(bars, width="stretch")
-ui.table(cases_frame, f"eval_cases_{picked[:12]}", money_columns=(), exact_columns=("cost_micros",))
+ui.table(ui.with_eval_cost(cases_frame), f"eval_cases_{picked[:12]}", money_columns=(), exact_columns=())
 if matrices is not None and not matrices.is_empty():
     matrix_section(matrices)

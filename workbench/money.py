@@ -144,6 +144,18 @@ def format_amounts(amounts, bill: bool = False) -> str:
     return " + ".join(shown) or format_amount(0)
 
 
+def format_costs(costs: dict[str, int], unpriced: int = 0, exact: bool = False) -> str:
+    """Money of several currencies (`{currency: micros}`) with the calls nothing priced named:
+    `0.0016 EUR + 0.0013 USD + 12 unpriced`; nothing priced, `unpriced (12 calls)`, never 0 for
+    it. `exact`: every digit (`format_exact`)."""
+    if unpriced and not costs:
+        return format_priced(None, None, unpriced)
+    amounts = [(micros, currency) for currency, micros in costs.items()]
+    text = (" + ".join(format_exact(micros, currency) for micros, currency in amounts) or format_exact(0)
+            if exact else format_amounts(amounts))
+    return f"{text} + {unpriced:,} unpriced" if unpriced else text
+
+
 def format_priced(micros: int | None, currency: str | None = "USD", unpriced: int = 0) -> str:
     """An analysis total with the calls it leaves out named: `0.0123 USD + 2 unpriced`; a group with
     no priced call at all is `unpriced (2 calls)`, never `0.00`."""

@@ -74,6 +74,22 @@ def test_cache_savings_in_two_currencies_are_shown_apart(tmp_path, monkeypatch):
     assert shown["Request hit rate"] == f"{100 * hits / len(calls):.1f}%" == "71.4%"  # in any currency
     assert any("other currencies are in the table" in caption.value for caption in at.caption)
 
+def test_summary_cost_in_two_currencies_is_shown_apart(tmp_path, monkeypatch):
+    """Compactions whose summary calls were priced in dollars and in euros: the headline labels each
+    amount with its calls' currency and never adds them (it said USD for both before)."""
+    db = fx.build(tmp_path / "workbench.duckdb", evals=False, calls=fx.TWO_CURRENCIES, compactions=[])
+    with fx.open_store(db) as con:
+        fx.write_rows(con, "compaction", [
+            {"compaction_id": cid, "run_id": run, "occurred_at": fx._at(minutes).isoformat(), "turn": 3,
+             "outcome": "ok", "tokens_before": 9000, "tokens_after": 2000, "summarised_turns": 6, "kept_turns": 2,
+             "model": model, "cost_micros": cost, "summary_call_id": call}
+            for cid, run, minutes, model, cost, call in [("x1", "R1", 1, "alpha", 150_000_000, "d02"),
+                                                         ("x2", "R2", 14 * 60 + 1, "gamma", 70_000_000, "d06"),
+                                                         ("x3", "R2", 14 * 60 + 2, "mystery", None, "d07")]])
+    shown = metrics(render(db, monkeypatch, "compaction.py"))
+    assert shown["Summary cost"] == f"{format_amount(70_000_000, 'EUR')} + {format_amount(150_000_000, 'USD')} + 1 unpriced"
+
+
 def test_compaction_and_evals_figures(dashboard_db, monkeypatch):
     shown = metrics(render(dashboard_db, monkeypatch, "compaction.py"))
     assert shown["Summary cost"] == format_amount(sum(x[8] for x in fx.COMPACTIONS))

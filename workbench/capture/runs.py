@@ -241,6 +241,12 @@ class Run:
             return _full_cost(self._billed)
 
     @property
+    def currency(self) -> str:
+        """The currency `full_cost_micros` is in: the one of the run's first priced call."""
+        with self._lock:
+            return self._billed.currency or "USD"
+
+    @property
     def has_bill(self) -> bool:
         return self._attributed > 0
 

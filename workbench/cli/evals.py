@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from workbench.cli.core import (
-    LIMIT_MAX, Format, FormatOption, _emit, _money, a_file, app, choices, console, err_console, error_text, eval_app, finite,
+    LIMIT_MAX, Format, FormatOption, _emit, a_file, app, choices, console, err_console, error_text, eval_app, finite,
     prompts_app,
 )
 from workbench.errors import WorkbenchError
@@ -194,6 +194,7 @@ def _listed(value: str | None) -> list[str]:
 def _two_cells(left, right) -> None:
     """Two cells case by case: score, output, cost (the form of `workbench eval compare SUITE v1 v2`)."""
     from workbench.evaluate.scorers import as_text
+    from workbench.money import format_costs
 
     a, b = left.eval_run, right.eval_run
     table = Table(title=f"{left.label} vs {right.label}")
@@ -204,12 +205,12 @@ def _two_cells(left, right) -> None:
         delta = "" if one.score is None or two.score is None else f"{two.score - one.score:+.2f}"
         table.add_row(
             one.case_id, _score(one.score), _score(two.score), delta,
-            _money(one.cost_micros, exact=True), _money(two.cost_micros, exact=True),
+            format_costs(*one.costs, exact=True), format_costs(*two.costs, exact=True),  # currencies apart
             as_text(one.output)[:40] if one.output is not None else str(one.error and one.error.code),
             as_text(two.output)[:40] if two.output is not None else str(two.error and two.error.code),
         )
     console.print(table)
-    console.print(f"mean {_score(a.mean, 4)} → {_score(b.mean, 4)}; cost {_money(a.cost_micros)} → {_money(b.cost_micros)}")
+    console.print(f"mean {_score(a.mean, 4)} → {_score(b.mean, 4)}; cost {format_costs(*a.costs)} → {format_costs(*b.costs)}")
 
 
 def _score(value: float | None, places: int = 2) -> str:

@@ -16,11 +16,11 @@ from workbench.errors import WorkbenchError
 from workbench.evaluate import stats
 from workbench.evaluate.baseline import Baseline, CaseBaseline, PromptRef, Verdict, judge
 from workbench.evaluate.gate import check_released
-from workbench.evaluate.runner import EvalRun, Network, run_suite, store_eval_run
+from workbench.evaluate.runner import EvalRun, Network, costs_of, one_cost, run_suite, store_eval_run
 from workbench.evaluate.scorers import as_text
 from workbench.evaluate.suite import Suite, check_confidence
 from workbench.ids import new_id
-from workbench.money import ceil_div, format_exact
+from workbench.money import ceil_div, format_costs
 
 
 @dataclass
@@ -48,12 +48,20 @@ class Cell:
         return [sample for result in self.eval_run.results for sample in result.samples] if self.eval_run else []
 
     @property
-    def cost_per_case_micros(self) -> int | None:
-        """The cost of one run of one case (one sample), rounded up to the micro-unit; None: unpriced."""
-        costs = [sample.cost_micros for sample in self.samples]
-        if not costs or any(cost is None for cost in costs):
+    def costs_per_case(self) -> dict[str, int] | None:
+        """The cost of one run of one case (one sample) in each currency its calls were priced in,
+        rounded up to the micro-unit; None: no sample, or a call was unpriced."""
+        samples = self.samples
+        costs, unpriced = costs_of(samples)
+        if not samples or unpriced:
             return None
-        return ceil_div(sum(costs), len(costs))
+        return {currency: ceil_div(micros, len(samples)) for currency, micros in costs.items()}
+
+    @property
+    def cost_per_case_micros(self) -> int | None:
+        """`costs_per_case` as one figure; None: unpriced, or priced in two currencies."""
+        costs = self.costs_per_case
+        return None if costs is None else one_cost(costs, 0)[0]
 
     @property
     def source(self) -> str | None:
@@ -185,7 +193,9 @@ def cell_summary(cell: Cell, matrix: Matrix) -> dict:
         "spread": None if run is None or run.spread is None else round(run.spread, 6),
         "cases": 0 if run is None else len(run.results), "errored_cases": 0 if run is None else len(run.errored),
         "samples": len(cell.samples),
-        "cost_micros": None if run is None else run.cost_micros, "cost_per_case_micros": cell.cost_per_case_micros,
+        "cost_micros": None if run is None else run.cost_micros,
+        "currency": None if run is None else one_cost(*run.costs)[1], "cost_per_case_micros": cell.cost_per_case_micros,
+        "costs_per_case": cell.costs_per_case,
         "latency_ms": {"median": None if median is None else round(median, 1), "p95": None if p95 is None else round(p95, 1),
                        "live_samples": live},
         "compared": cell.verdict is not None, "worse": cell.worse, "better": cell.better,
@@ -261,10 +271,16 @@ def rows(matrix: Matrix) -> list[list[str]]:
         latency = cell["latency_ms"]
         out.append([
             cell["version"], cell["model"], cell["source"] or "—", _mean(cell), _moved(cell),
-            format_exact(cell["cost_per_case_micros"]) if cell["error"] is None else "—",
+            cost_per_case(cell) if cell["error"] is None else "—",
             _ms(latency["median"]) if cell["error"] is None else "—", _ms(latency["p95"]) if cell["error"] is None else "—",
         ])
     return out
+
+
+def cost_per_case(cell: dict) -> str:
+    """A cell's cost per case, each currency apart, every digit; `unpriced` when a call was."""
+    costs = cell["costs_per_case"]
+    return "unpriced" if costs is None else format_costs(costs, exact=True)
 
 
 HEADERS = ["version", "model", "answers", "mean ± spread", "moved vs reference (− worse, + better)", "cost per case",

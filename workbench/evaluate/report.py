@@ -18,7 +18,8 @@ from rich.text import Text
 from workbench.evaluate import stats
 from workbench.evaluate.gate import Outcome
 from workbench.evaluate.scorers import as_text
-from workbench.money import format_amount, format_exact
+from workbench.evaluate.runner import bill_costs, one_cost
+from workbench.money import format_costs
 
 if TYPE_CHECKING:  # imported by the JUnit writer alone: an eval without --junit never loads it
     from xml.etree import ElementTree
@@ -77,13 +78,27 @@ def _rows(outcome: Outcome, excerpts: bool = True, moved_only: bool = False) -> 
             "baseline_spread": None if verdict is None else _round(verdict.baseline_spread),
             "delta": None if verdict is None or verdict.delta is None else round(verdict.delta, 6),
             "p_value": None if verdict is None else _round(verdict.p_value),
-            "cost_micros": result.cost_micros,
+            **_cost_fields(*result.costs),
             "status": status,
             "scores": _scores(result),
             "explanations": {name: score.explanation for name, score in scored.scores.items() if score.explanation},
             **({"output": None if result.output is None else as_text(result.output)[:500]} if excerpts else {}),
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
         }
+
+
+def _cost_fields(costs: dict[str, int], unpriced: int, prefix: str = "") -> dict:
+    """A cost as the reports give it: `cost_micros` the one exact figure and `currency` its currency,
+    both None when a call was unpriced or calls were priced in two currencies; `costs` every
+    currency's money (never added together); `unpriced_calls` the calls nothing priced."""
+    micros, currency = one_cost(costs, unpriced)
+    return {f"{prefix}cost_micros": micros, f"{prefix}currency": currency, f"{prefix}costs": costs,
+            f"{prefix}unpriced_calls": unpriced}
+
+
+def cost_text(data: dict, prefix: str = "", exact: bool = False) -> str:
+    """A report's cost (`_cost_fields`) in words (`format_costs`). `exact`: every digit."""
+    return format_costs(data[f"{prefix}costs"], data[f"{prefix}unpriced_calls"], exact)
 
 
 def summary(outcome: Outcome, cases: bool = True) -> dict:
@@ -104,8 +119,8 @@ def summary(outcome: Outcome, cases: bool = True) -> dict:
         "mean_p_value": None if verdict is None else _round(verdict.mean_p_value),
         "tolerance": run.suite.tolerance,
         "confidence": verdict.confidence if verdict is not None else run.suite.confidence,
-        "cost_micros": run.cost_micros,
-        "judge_cost_micros": run.judge_cost_micros,
+        **_cost_fields(*run.costs),
+        **_cost_fields(*bill_costs(run.judge_billed), prefix="judge_"),
         "cost_increase": None if verdict is None or verdict.cost_increase is None else round(verdict.cost_increase, 6),
         "errored_cases": len(run.errored),
         **({"cases": list(_rows(outcome))} if cases else {}),
@@ -271,8 +286,9 @@ def to_markdown(outcomes: list[Outcome]) -> str:
             f"model `{data['model']}`, mode {data['mode']}"
             + (f", {data['epochs']} samples a case (confidence {data['confidence']})" if sampled else "")
             + f". Mean **{_mean_line(data)}** (baseline {_fmt(data['baseline_mean'])}, "
-            f"tolerance {data['tolerance']}). Cost {format_amount(data['cost_micros'])}"
-            + (f" (judges {format_amount(data['judge_cost_micros'])})" if data["judge_cost_micros"] else "") + ".",
+            f"tolerance {data['tolerance']}). Cost {cost_text(data)}"
+            + (f" (judges {cost_text(data, 'judge_')})" if data["judge_costs"] or data["judge_unpriced_calls"] else "")
+            + ".",
             "",
         ]
         if outcome.error is not None:
@@ -286,7 +302,7 @@ def to_markdown(outcomes: list[Outcome]) -> str:
                 delta = "—" if row["delta"] is None else f"{row['delta']:+.2f}"
                 scores = [_samples(row["samples"]), _fmt(row["score"]), _spread(row["spread"])] if sampled else [_fmt(row["score"])]
                 lines.append("| " + " | ".join([row["case"], *scores, _fmt(row["baseline"]), delta,
-                                                format_exact(row["cost_micros"]), row["status"]]) + " |")
+                                                cost_text(row, exact=True), row["status"]]) + " |")
             lines.append("")
         else:
             lines += [f"All {len(data['cases'])} cases scored as in the baseline.", ""]
@@ -313,7 +329,7 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
             scores = [_samples(row["samples"]), _fmt(row["score"]), _spread(row["spread"])] if sampled else [_fmt(row["score"])]
             table.add_row(
                 Text(row["case"]), *scores, _fmt(row["baseline"]),
-                "" if row["delta"] is None else f"{row['delta']:+.2f}", format_exact(row["cost_micros"]),
+                "" if row["delta"] is None else f"{row['delta']:+.2f}", cost_text(row, exact=True),
                 Text(row["status"], style=style),
             )
         if rows:
@@ -324,5 +340,7 @@ def print_console(outcomes: list[Outcome], console: Console) -> None:
                           f"(not listed; every case is in --json and --junit)")
         console.print(Text.assemble(
             f"mean {_mean_line(data)}" + (f" vs baseline {data['baseline_mean']:.4f}" if data["baseline_mean"] is not None else "")
-            + f", cost {format_amount(data['cost_micros'])}, verdict ", (STATUS_TEXT[data["verdict"]], "bold"),
+            + f", cost {cost_text(data)}"
+            + (f" (judges {cost_text(data, 'judge_')})" if data["judge_costs"] or data["judge_unpriced_calls"] else "")
+            + ", verdict ", (STATUS_TEXT[data["verdict"]], "bold"),
         ))

@@ -29,6 +29,7 @@ import httpx2
 
 from workbench.ids import new_id
 from workbench.capture import clock, recorder, run
+from workbench.capture.runs import Billed
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
 from workbench.evaluate import stats
@@ -162,12 +163,17 @@ class Sample:
     output_at: int  # where the output's text is in `outputs`, and its size in bytes
     output_size: int
     scores: dict[str, Score]
-    cost_micros: int | None  # None: a call was unpriced
+    cost_micros: int | None  # in `currency`; None: a call was unpriced, or calls were priced in two currencies
     run_id: str
     latency_ms: float  # the target's wall time
     live: bool  # a request went to the network (not replayed): the latency is the provider's
     error: WorkbenchError | None = None
     error_stage: str | None = None  # "target" or "scorer"
+    currency: str = "USD"
+    # only when `cost_micros` is None (rare: no dict per sample otherwise): the priced money per
+    # currency, and the calls nothing priced (counted, never taken as free)
+    other_costs: dict[str, int] | None = None
+    unpriced_calls: int = 0
     # the mean of the gated scores, to 6 places (the precision baselines keep); None when the
     # sample ended in an error. Computed once: a sample never changes, and the gate and the
     # reports ask again and again
@@ -181,6 +187,48 @@ class Sample:
     def output(self) -> str | None:
         """The output as text (`as_text`), at most OUTPUT_CHARS; None: no output (an error)."""
         return None if self.outputs is None else self.outputs.read(self.output_at, self.output_size)
+
+    def add_costs(self, costs: dict[str, int]) -> int:
+        """Add the sample's money to `costs` (by currency); its unpriced calls, returned."""
+        if self.cost_micros is not None:
+            costs[self.currency] = costs.get(self.currency, 0) + self.cost_micros
+            return 0
+        for currency, micros in (self.other_costs or {}).items():
+            costs[currency] = costs.get(currency, 0) + micros
+        return self.unpriced_calls
+
+
+def bill_costs(billed: Billed | None) -> tuple[dict[str, int], int]:
+    """A bill's full cost (what the live calls cost and the replayed ones would have) per currency
+    priced in, and its calls nothing priced: the parts no one figure can hold."""
+    if billed is None:
+        return {}, 0
+    costs = {currency: part.cost_micros + part.replayed_cost_micros for currency, part in billed.by_currency().items()
+             if part.calls or part.replayed_calls}
+    return costs, billed.unpriced_calls + billed.replayed_unpriced_calls
+
+
+def one_cost(costs: dict[str, int], unpriced: int) -> tuple[int | None, str | None]:
+    """The one figure of costs in one currency with nothing unpriced, and its currency; `(None, None)`
+    when a call was unpriced or calls were priced in two currencies (no figure is their sum)."""
+    if unpriced or len(costs) > 1:
+        return None, None
+    return next(iter(costs.values()), 0), next(iter(costs), None)
+
+
+def stored_costs(costs: dict[str, int], unpriced: int) -> dict:
+    """A cost's columns in the store (migration 0020): `cost_micros` and its `currency` when it is one
+    figure; else `costs` (JSON, each currency's money) and `unpriced_calls`."""
+    micros, currency = one_cost(costs, unpriced)
+    return {"cost_micros": micros, "currency": currency, "unpriced_calls": unpriced,
+            "costs": None if micros is not None else json.dumps(costs, sort_keys=True)}
+
+
+def costs_of(parts) -> tuple[dict[str, int], int]:
+    """Samples' or case results' money by currency, and their unpriced calls."""
+    costs: dict[str, int] = {}
+    unpriced = sum(part.add_costs(costs) for part in parts)
+    return costs, unpriced
 
 
 @dataclass(slots=True)
@@ -231,9 +279,16 @@ class CaseResult:
 
     @property
     def cost_micros(self) -> int | None:
-        """Every sample's bill, added (None: a call was unpriced)."""
-        costs = [sample.cost_micros for sample in self.samples]
-        return None if any(cost is None for cost in costs) else sum(costs)
+        """Every sample's cost, added (None: a call was unpriced, or calls were priced in two currencies)."""
+        return one_cost(*self.costs)[0]
+
+    @property
+    def costs(self) -> tuple[dict[str, int], int]:
+        """Every sample's cost per currency, and the unpriced calls."""
+        return costs_of(self.samples)
+
+    def add_costs(self, costs: dict[str, int]) -> int:
+        return sum(sample.add_costs(costs) for sample in self.samples)
 
 
 @dataclass
@@ -243,7 +298,7 @@ class EvalRun:
     prompt: Prompt
     mode: RecordMode
     results: list[CaseResult] = field(default_factory=list)
-    judge_cost_micros: int = 0
+    judge_billed: Billed | None = None  # every judge run's bill, added (None: no judge ran)
     git_commit: str | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
@@ -277,9 +332,20 @@ class EvalRun:
         return stats.spread([stats.mean([result.values[epoch] for result in judged]) for epoch in range(self.epochs)])
 
     @property
+    def costs(self) -> tuple[dict[str, int], int]:
+        """The cases' and judges' cost per currency (never one sum of two), and the unpriced calls."""
+        costs, unpriced = bill_costs(self.judge_billed)
+        return costs, unpriced + sum(result.add_costs(costs) for result in self.results)
+
+    @property
     def cost_micros(self) -> int | None:
-        costs = [result.cost_micros for result in self.results]
-        return None if any(cost is None for cost in costs) else sum(costs) + self.judge_cost_micros
+        """The cost of the cases and judges; None: a call was unpriced, or calls were priced in two currencies."""
+        return one_cost(*self.costs)[0]
+
+    @property
+    def judge_cost_micros(self) -> int | None:
+        """The judges' cost (0: no judge ran); None: a judge's call was unpriced, or two currencies."""
+        return one_cost(*bill_costs(self.judge_billed))[0]
 
     @property
     def model(self) -> str | None:
@@ -327,8 +393,10 @@ class _Judge:
                 else:
                     reply = _runtime_answer(self.suite, judge_prompt, variables, self.network.transport(self.cassette),
                                             model=self.suite.judge)
-            with self._lock:
-                self.eval_run.judge_cost_micros += judge_run.billed.full_cost_micros or 0
+            billed = judge_run.billed
+            with self._lock:  # every currency and unpriced call kept: a judge is never free by default
+                held = self.eval_run.judge_billed
+                self.eval_run.judge_billed = billed if held is None else held + billed
             return reply
 
         return contextvars.Context().run(judged)  # a fresh context: not inside the case's run
@@ -514,13 +582,15 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
                 f"{', '.join(sorted(scores))})", "add a scorer that returns a bool or a number in [0, 1]",
             ), "scorer"
     cost = case_run.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
+    # unpriced or in two currencies (rare): the parts kept, from the run's bill
+    other_costs, unpriced = ({}, 0) if cost is not None else bill_costs(case_run.billed)
     text = None if output is None else as_text(output)[:OUTPUT_CHARS]  # the object itself is not kept
     at, size = (0, 0) if text is None else eval_run.outputs.keep(text)
     sample = Sample(context.epoch, None if text is None else eval_run.outputs, at, size, scores, cost, case_run.run_id,
-                    latency_ms, live[0] > 0, error, stage)
+                    latency_ms, live[0] > 0, error, stage, case_run.currency, other_costs or None, unpriced)
     recorder().spool.append("eval_sample", {  # stored now: nothing a killed eval finished is lost
         "eval_run_id": eval_run.eval_run_id, "case_id": case.id, "epoch": sample.epoch,
-        "run_id": sample.run_id, "score": sample.score, "cost_micros": sample.cost_micros,
+        "run_id": sample.run_id, "score": sample.score, **stored_costs(*costs_of((sample,))),
         "latency_ms": sample.latency_ms, "live": sample.live, "output": text,
         "scores": json.dumps({name: score.value for name, score in scores.items()}),
         "error": f"{error.code}: {error.cause}" if error else None,
@@ -542,7 +612,7 @@ def store_eval_run(eval_run: EvalRun, status: str, verdict=None, error_code: str
             "eval_run_id": eval_run.eval_run_id, "case_id": result.case_id, "run_id": result.run_id,
             "score": result.score, "baseline_score": case.baseline if case else None,
             "delta": case.delta if case else None, "passed": None if case is None else not case.failed,
-            "cost_micros": result.cost_micros, "baseline_cost_micros": case.baseline_cost_micros if case else None,
+            **stored_costs(*result.costs), "baseline_cost_micros": case.baseline_cost_micros if case else None,
             "output": result.output,
             "scores": json.dumps({name: score.value for name, score in result.scores.items()}),
             "error": f"{result.error.code}: {result.error.cause}" if result.error else None,
@@ -566,7 +636,8 @@ def _store_run_row(eval_run: EvalRun, status: str, verdict=None, error_code: str
         "mean_score": eval_run.mean, "baseline_mean": verdict.baseline_mean if verdict is not None else None,
         "tolerance": eval_run.suite.tolerance, "verdict": status, "error_code": error_code,
         "cases": len(eval_run.suite.cases) if started else len(eval_run.results), "failed_cases": failed_cases,
-        "cost_micros": None if started else eval_run.cost_micros, "epochs": eval_run.epochs, "spread": eval_run.spread,
+        **(dict.fromkeys(("cost_micros", "currency", "costs", "unpriced_calls")) if started
+           else stored_costs(*eval_run.costs)), "epochs": eval_run.epochs, "spread": eval_run.spread,
         "confidence": verdict.confidence if verdict is not None else eval_run.suite.confidence,
         "errored_cases": None if started else len(eval_run.errored), "matrix_id": eval_run.matrix_id,
         "matrix_reference": eval_run.matrix_reference if eval_run.matrix_id else None,

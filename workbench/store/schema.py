@@ -381,6 +381,24 @@ MIGRATIONS: list[tuple[str, str]] = [
         WHERE runs.run_id = x.bill AND runs.billed_calls IS NOT NULL;
         """,
     ),
+    (
+        "0020_evalcur_eval_costs",
+        """
+        -- an eval's cost never adds two currencies nor takes an unpriced call as free: cost_micros is
+        -- the one exact figure, in `currency`; null when a call was unpriced or calls were priced in two
+        -- currencies, and then `costs` (JSON {currency: micros}) holds each currency's priced money and
+        -- `unpriced_calls` the calls nothing priced. Rows written before name no currency (null)
+        ALTER TABLE eval_runs ADD COLUMN currency VARCHAR;
+        ALTER TABLE eval_runs ADD COLUMN costs VARCHAR;
+        ALTER TABLE eval_runs ADD COLUMN unpriced_calls INTEGER;
+        ALTER TABLE eval_results ADD COLUMN currency VARCHAR;
+        ALTER TABLE eval_results ADD COLUMN costs VARCHAR;
+        ALTER TABLE eval_results ADD COLUMN unpriced_calls INTEGER;
+        ALTER TABLE eval_samples ADD COLUMN currency VARCHAR;
+        ALTER TABLE eval_samples ADD COLUMN costs VARCHAR;
+        ALTER TABLE eval_samples ADD COLUMN unpriced_calls INTEGER;
+        """,
+    ),
 ]
 
 

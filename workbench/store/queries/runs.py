@@ -23,7 +23,13 @@ def compaction_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFram
                coalesce(sum(x.summarised_turns), 0)::BIGINT AS summarised_turns,
                coalesce(sum(x.kept_turns), 0)::BIGINT AS kept_turns,
                coalesce(sum(x.cost_micros), 0)::BIGINT AS cost_micros,
-               count(*) FILTER (WHERE x.cost_micros IS NULL) AS unpriced
+               count(*) FILTER (WHERE x.cost_micros IS NULL) AS unpriced,
+               -- the summaries' cost per currency their calls were priced in, never one sum of two (a
+               -- compaction with no summary call recorded: dollars, as the page labelled it before)
+               (SELECT list({'currency': currency, 'cost_micros': cost_micros} ORDER BY currency)
+                FROM (SELECT coalesce(c.currency, 'USD') AS currency, sum(y.cost_micros)::BIGINT AS cost_micros
+                      FROM fx y LEFT JOIN calls c ON c.call_id = y.summary_call_id
+                      WHERE y.cost_micros IS NOT NULL GROUP BY ALL)) AS costs
         FROM fx x""")
 
 
@@ -99,7 +105,7 @@ def eval_history(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 2000) 
     return _frame(con, f"""
         SELECT e.eval_run_id, e.suite, e.prompt_id, e.prompt_version, e.prompt_hash, e.model, e.mode, e.git_commit,
                e.started_at, e.mean_score, e.epochs, e.spread, e.errored_cases, e.baseline_mean, e.verdict, e.cost_micros,
-               coalesce(k.cases, 0) AS cases, coalesce(k.passed, 0) AS passed,
+               e.currency, e.costs, e.unpriced_calls, coalesce(k.cases, 0) AS cases, coalesce(k.passed, 0) AS passed,
                CASE WHEN k.cases > 0 THEN (e.cost_micros // k.cases)::BIGINT END AS cost_per_case_micros
         FROM eval_runs e LEFT JOIN (
             SELECT eval_run_id, count(*) AS cases, count(*) FILTER (WHERE passed) AS passed
@@ -112,7 +118,8 @@ def eval_cases(con: duckdb.DuckDBPyConnection, eval_run_id: str) -> pl.DataFrame
     """One eval run's cases, the largest drop first: the mean of each case's samples, their spread
     and count, and an error instead of a score for a case that could not be judged."""
     return _frame(con, """
-        SELECT case_id, score, samples, spread, p_value, baseline_score, delta, passed, cost_micros, error, run_id, output
+        SELECT case_id, score, samples, spread, p_value, baseline_score, delta, passed, cost_micros, currency, costs,
+               unpriced_calls, error, run_id, output
         FROM eval_results WHERE eval_run_id = $id ORDER BY delta NULLS LAST, case_id""", {"id": eval_run_id})
 
 
@@ -146,7 +153,11 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
             FROM eval_results r JOIN cells c USING (eval_run_id) GROUP BY r.eval_run_id),
         samples AS (
             SELECT s.eval_run_id, count(*) AS samples,
-                   CASE WHEN count(*) = count(s.cost_micros) THEN sum(s.cost_micros)::BIGINT END AS cost_micros,
+                   -- one figure in one currency (a sample written before named none: dollars, as then shown)
+                   CASE WHEN count(*) = count(s.cost_micros) AND count(DISTINCT coalesce(s.currency, 'USD')) = 1
+                        THEN sum(s.cost_micros)::BIGINT END AS cost_micros,
+                   CASE WHEN count(DISTINCT coalesce(s.currency, 'USD')) = 1
+                        THEN any_value(coalesce(s.currency, 'USD')) END AS currency,
                    count(*) FILTER (WHERE s.live) AS live_samples,
                    median(s.latency_ms) FILTER (WHERE s.live) AS latency_median_ms,
                    -- the 95th percentile by nearest rank, as `workbench eval compare` gives it
@@ -158,7 +169,7 @@ def eval_matrix(con: duckdb.DuckDBPyConnection, matrix_id: str) -> pl.DataFrame:
                -- one sample's cost, rounded up (costs are never negative; DuckDB's // truncates)
                CASE WHEN s.samples > 0 THEN ((s.cost_micros + s.samples - 1) // s.samples)::BIGINT END
                    AS cost_per_case_micros,
-               s.latency_median_ms, s.latency_p95_ms, s.live_samples, s.samples, c.cases, c.errored_cases, c.epochs,
+               s.currency, s.latency_median_ms, s.latency_p95_ms, s.live_samples, s.samples, c.cases, c.errored_cases, c.epochs,
                c.mode, m.worse_cases, m.better_cases, c.eval_run_id
         FROM cells c LEFT JOIN moved m USING (eval_run_id) LEFT JOIN samples s USING (eval_run_id)
         ORDER BY c.started_at, c.eval_run_id""", {"matrix_id": matrix_id})
