@@ -98,7 +98,7 @@ def test_the_fast_parse_gives_the_frames_of_the_line_by_line_one(tmp_path):
         schemas = record_schemas(con)
         fast = parse_frames(data, schemas)
         records, quarantined = _checked_records([_Chunk("f.jsonl", 0, data)], schemas)
-        slow = _frames_of(con, records)
+        slow = _frames_of(con, records, None)
     assert quarantined == []
     assert set(fast) == set(slow) == {"call", "call_body", "run", "run_tag", "span"}
     for kind in fast:

@@ -47,7 +47,6 @@ INGEST_MEMORY_LIMIT = "64MB"
 MEMORY_RAISES = 2
 
 log = logging.getLogger("workbench.store")
-_work_dir: list[Path | None] = [None]  # the store's working folder: where the price lookups are kept
 # Derived data (cache verdicts, inferred compactions) is computed from each batch before it is
 # written, by the insight layer, which comes after the store in the import order: the store names
 # it here rather than importing it. `derive(con, frames)` returns the frames to write and the keys
@@ -260,7 +259,7 @@ def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None
     the rest stays in the spool for the next ingestion."""
     from contextlib import ExitStack
 
-    _work_dir[0] = work_dir_of(db_path)
+    work_dir = work_dir_of(db_path)
     words = _words(fd)
     held = ExitStack()  # the ingest lock and the store, while drains follow each other
     con: duckdb.DuckDBPyConnection | None = None
@@ -280,7 +279,8 @@ def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None
                         if con is not None:
                             files = sorted(path for path in Path(spool_dir).glob("*.jsonl") if path.name in names)
                             # the limit the drains before needed: the store's commits need more as it grows
-                            _, raised = _ingest(con, files, frozenset(names), _limit_memory(con, raised), raised)
+                            limited = _limit_memory(con, raised)
+                            _, raised = _ingest(con, files, work_dir, frozenset(names), limited, raised)
                     except _Invalidated as exc:  # at once again, on a new connection with more memory
                         held.close()
                         con, raised = None, exc.raised
@@ -296,7 +296,7 @@ def ingest_spools_when_told(db_path: Path, spool_dir: Path, fd: int = 0) -> None
                 # checkpoint) and an open of its own
                 try:
                     spools = sorted(Path(spool_dir).glob("*.jsonl")) + _legacy_spools(Path(db_path), Path(spool_dir))
-                    _ingest_files(con, spools, frozenset(names), True, raised)
+                    _ingest_files(con, spools, work_dir, frozenset(names), True, raised)
                     return
                 except _Invalidated:  # on a new connection, as any ingester
                     pass
@@ -355,7 +355,7 @@ def try_ingest(db_path: Path, spool_dir: Path) -> int | None:
 def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset[str] = frozenset(),
                    own_process: bool = False) -> int | None:
     spool_dir = Path(spool_dir)
-    _work_dir[0] = work_dir_of(db_path)
+    work_dir = work_dir_of(db_path)
     legacy = _legacy_spools(Path(db_path), spool_dir)
     if not spool_dir.is_dir() and not legacy:
         return 0
@@ -370,7 +370,7 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
             while True:
                 try:
                     with open_store(db_path, wait_s=10.0 if wait else 0.0) as con:
-                        return _ingest_files(con, files, closed, own_process, raised)
+                        return _ingest_files(con, files, work_dir, closed, own_process, raised)
                 except _Invalidated as exc:  # a new connection, with the memory the batch needs
                     raised = exc.raised
         except WorkbenchError as exc:
@@ -383,12 +383,12 @@ def _ingest_spools(db_path: Path, spool_dir: Path, wait: bool, closed: frozenset
             raise
 
 
-def _ingest_files(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str], own_process: bool,
-                  raised: int) -> int:
+def _ingest_files(con: duckdb.DuckDBPyConnection, files: list[Path], work_dir: Path | None, closed: frozenset[str],
+                  own_process: bool, raised: int) -> int:
     """`_ingest` on a store held with the ingest lock, within the memory limit when `own_process`."""
     limited = own_process and _limit_memory(con, raised)
     try:
-        return _ingest(con, files, closed, limited, raised)[0]
+        return _ingest(con, files, work_dir, closed, limited, raised)[0]
     finally:
         if limited:  # the instance may be shared with another of this process's connections
             _reset_memory(con)
@@ -448,10 +448,11 @@ def _reset_memory(con: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
-def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset[str] = frozenset(),
-            limited: bool = False, raised: int = 0) -> tuple[int, int]:
+def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], work_dir: Path | None,
+            closed: frozenset[str] = frozenset(), limited: bool = False, raised: int = 0) -> tuple[int, int]:
     """Every spool file's new lines, batch by batch, each batch committed with its offsets: the
-    records ingested, and the times the memory limit was raised (`raised`: already, before)."""
+    records ingested, and the times the memory limit was raised (`raised`: already, before).
+    `work_dir`: the store's working folder, where the price lookups are kept (`priced_at_ingestion`)."""
     positions = dict(con.execute('SELECT file, "offset" FROM spool_offsets').fetchall())
     schemas: dict[str, dict[str, pl.DataType]] | None = None
     total = 0
@@ -490,7 +491,7 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], closed: frozenset
         def commit() -> int:  # the batch (its tables' columns read once per ingest)
             nonlocal schemas
             schemas = schemas or record_schemas(con)
-            return _commit_batch(con, chunks, moved, finished, torn, schemas)
+            return _commit_batch(con, chunks, moved, finished, torn, schemas, work_dir)
 
         while True:
             try:
@@ -539,14 +540,15 @@ def _tail(path: Path, offset: int) -> bytes:
 
 
 def _commit_batch(con: duckdb.DuckDBPyConnection, chunks: list[_Chunk], moved: dict[str, int],
-                  finished: list[Path], torn: list[_Chunk], schemas: dict[str, dict[str, pl.DataType]]) -> int:
+                  finished: list[Path], torn: list[_Chunk], schemas: dict[str, dict[str, pl.DataType]],
+                  work_dir: Path | None) -> int:
     """One batch into the store with its offsets. The fast path parses it natively; a batch it
     cannot read, or the store refuses, is checked record by record and the bad ones quarantined."""
     quarantined = [_quarantine_row(chunk.file, chunk.start, None, "torn last line: its writer died mid-write",
                                    chunk.data) for chunk in torn]
     data = b"".join(chunk.data for chunk in chunks)
     try:
-        frames = priced_at_ingestion(con, parse_frames(data, schemas), _work_dir[0]) if data else {}
+        frames = priced_at_ingestion(con, parse_frames(data, schemas), work_dir) if data else {}
         return _commit_any(con, frames, moved, finished, quarantined, schemas)
     except Exception as exc:  # noqa: BLE001 - an odd value, a torn line, a refused record: look closer
         if _store_problem(exc):
@@ -554,12 +556,12 @@ def _commit_batch(con: duckdb.DuckDBPyConnection, chunks: list[_Chunk], moved: d
     records, bad = _checked_records(chunks, schemas)
     quarantined += bad
     try:
-        return _commit_any(con, _frames_of(con, records), moved, finished, quarantined, schemas)
+        return _commit_any(con, _frames_of(con, records, work_dir), moved, finished, quarantined, schemas)
     except Exception as exc:  # noqa: BLE001
         if _store_problem(exc):
             raise
     # a record that passed the checks and still failed (DuckDB refused it): find it by halves
-    good, refused = _isolate(con, records)
+    good, refused = _isolate(con, records, work_dir)
     quarantined += refused
     _commit_any(con, {}, moved, finished, quarantined, schemas)
     return good
@@ -658,29 +660,31 @@ def _checked_records(chunks: list[_Chunk], schemas) -> tuple[list[tuple[dict, di
     return records, bad
 
 
-def _frames_of(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]]) -> dict[str, pl.DataFrame]:
+def _frames_of(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]], work_dir: Path | None
+               ) -> dict[str, pl.DataFrame]:
     by_kind: dict[str, list[dict]] = defaultdict(list)
     for record, _ in records:
         by_kind[record["kind"]].append(record["row"])
     return priced_at_ingestion(con, {kind: table_frame(con, TABLES[kind][0], rows) for kind, rows in by_kind.items()},
-                               _work_dir[0])
+                               work_dir)
 
 
-def _isolate(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]]) -> tuple[int, list[dict]]:
+def _isolate(con: duckdb.DuckDBPyConnection, records: list[tuple[dict, dict]], work_dir: Path | None
+             ) -> tuple[int, list[dict]]:
     """Commit what the store takes, by halves (a few transactions per refused record), and return
     how many went in and the quarantine rows, with DuckDB's reason, of those refused."""
     if not records:
         return 0, []
     try:
-        return commit_frames(con, _frames_of(con, records), {}, [], known_new=False), []
+        return commit_frames(con, _frames_of(con, records, work_dir), {}, [], known_new=False), []
     except Exception as exc:  # noqa: BLE001
         if _store_problem(exc):
             raise
         if len(records) == 1:
             return 0, [{**records[0][1], "reason": f"the store refused it: {str(exc).splitlines()[0][:500]}"}]
     middle = len(records) // 2
-    first, first_bad = _isolate(con, records[:middle])
-    second, second_bad = _isolate(con, records[middle:])
+    first, first_bad = _isolate(con, records[:middle], work_dir)
+    second, second_bad = _isolate(con, records[middle:], work_dir)
     return first + second, first_bad + second_bad
 
 
