@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import duckdb
+import orjson
 import polars as pl
 
 from workbench.models import ModelRegistry, Usage, price_with
@@ -21,8 +22,9 @@ from workbench.store.records import TABLES
 
 log = logging.getLogger("workbench.store")
 
-# a span's cost attribute the recorder left to the ingester (`workbench.capture.semconv.COST_MICROS`)
-_MARK = f'"workbench.cost_micros":"{AT_INGESTION}"'
+# a span's cost attribute, which the recorder leaves to the ingester as `AT_INGESTION`, and its call's id
+# (`workbench.capture.semconv.COST_MICROS`, `CALL_ID`)
+_COST, _CALL_ID = "workbench.cost_micros", "workbench.call_id"
 _lookups_read: set[Path] = set()
 
 
@@ -34,7 +36,10 @@ def priced_at_ingestion(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.Dat
     calls = frames.get("call")
     pending = calls is not None and calls.height and (calls["price_source"] == AT_INGESTION).any()
     spans = frames.get("span")
-    marked_spans = spans is not None and spans.height and spans["attributes"].str.contains(_MARK, literal=True).any()
+    # a span may come in a later batch than its call: every batch's spans are looked at, by one native
+    # search of their attribute texts; only those that hold the word are read as JSON
+    marked_spans = (spans["attributes"].str.contains(AT_INGESTION, literal=True).arg_true().to_list()
+                    if spans is not None and spans.height else [])
     if not pending and not marked_spans:
         return frames
     frames = dict(frames)
@@ -52,7 +57,7 @@ def priced_at_ingestion(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.Dat
             model_frame = table_frame(con, TABLES["model"][0], models)
             frames["model"] = pl.concat([frames["model"], model_frame]) if "model" in frames else model_frame
     if marked_spans:
-        frames["span"] = _spans_with_costs(con, spans, costs)
+        frames["span"] = _spans_with_costs(con, spans, marked_spans, costs)
     return frames
 
 
@@ -87,23 +92,35 @@ def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFr
     return calls.update(found, on="call_id", include_nulls=True), models, costs
 
 
-def _spans_with_costs(con: duckdb.DuckDBPyConnection, spans: pl.DataFrame, costs: dict[str, int]) -> pl.DataFrame:
-    """The spans' left cost attribute (`_MARK`) given their call's cost in its place, or dropped
-    when the call stays unpriced. Their call precedes them in the spool: in this batch, or stored."""
-    marked = spans["attributes"].str.contains(_MARK, literal=True)
-    call_ids = spans["attributes"].str.extract(r'"workbench\.call_id":"([0-9a-f]+)"')
-    earlier = [call_id for call_id in call_ids.filter(marked).to_list() if call_id not in costs]
+def _spans_with_costs(con: duckdb.DuckDBPyConnection, spans: pl.DataFrame, rows: list[int],
+                      costs: dict[str, int]) -> pl.DataFrame:
+    """The spans at `rows` (their attribute texts hold `AT_INGESTION`) with the cost attribute left
+    to the ingester given their call's cost in its place, or dropped when the call stays unpriced.
+    Their call precedes them in the spool: in this batch, or stored. The attributes are the
+    recorder's orjson text: read and written again by orjson, the others stay as they were."""
+    texts = spans["attributes"]
+    left = {row: attributes for row in rows if (attributes := _attributes(texts[row])).get(_COST) == AT_INGESTION}
+    earlier = [attributes.get(_CALL_ID) for attributes in left.values() if attributes.get(_CALL_ID) not in costs]
     if earlier:
         costs = {**costs, **dict(con.execute(
             "SELECT call_id, cost_micros FROM calls WHERE call_id IN (SELECT unnest($ids)) AND cost_micros IS NOT NULL",
             {"ids": earlier}).fetchall())}
+    for attributes in left.values():
+        if attributes.get(_CALL_ID) in costs:
+            attributes[_COST] = costs[attributes[_CALL_ID]]  # in its place: a dict keeps its keys' order
+        else:
+            del attributes[_COST]
+    if not left:
+        return spans
+    patched = texts.clone()
+    patched.scatter(list(left), [orjson.dumps(attributes).decode() for attributes in left.values()])
+    return spans.with_columns(patched)
 
-    def with_cost(attributes: str, call_id: str | None) -> str:
-        if _MARK not in attributes:
-            return attributes
-        if call_id in costs:
-            return attributes.replace(_MARK, f'"workbench.cost_micros":{costs[call_id]}')
-        return attributes.replace("," + _MARK, "")  # never the first attribute
 
-    patched = [with_cost(text, call_id) for text, call_id in zip(spans["attributes"].to_list(), call_ids.to_list())]
-    return spans.with_columns(pl.Series("attributes", patched, dtype=spans.schema["attributes"]))
+def _attributes(text: str) -> dict:
+    """A span's attributes; none when its text is not a JSON object (then it is stored as it came)."""
+    try:
+        attributes = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return {}
+    return attributes if isinstance(attributes, dict) else {}
