@@ -492,3 +492,35 @@ def test_the_folds_statements_are_parsed_once_and_serve_every_store_of_the_proce
             same(db)
             parsed.append(rollup._parsed.cache_info().misses)
     assert parsed[1:] == [parsed[1]] * (len(parsed) - 1)  # after the first batch of each kind of fold, none
+
+
+def test_a_batch_sets_off_no_garbage_collection_and_leaves_it_as_it_found_it(tmp_path):
+    """A batch allocates a few objects per record and leaves almost no cycles: a collection set off
+    while it is committed frees nothing and walks every object of the process (an app's whole heap
+    when it ingests in its own process). Collections outside the batch happen as before."""
+    import gc
+    import sys
+
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    spool.mkdir()
+    (spool / DEAD).write_bytes(b"".join(_call(f"c{index}") for index in range(50)))
+    in_batch: list[bool] = []
+
+    def collected(phase: str, info: dict) -> None:
+        if phase == "start":
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_name != "_commit_batch":
+                frame = frame.f_back
+            in_batch.append(frame is not None)
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(collected)
+    gc.set_threshold(1)  # a collection at every allocation that could make a cycle
+    try:
+        assert ingest_spools(db, spool) == 50
+    finally:
+        gc.callbacks.remove(collected)
+        gc.set_threshold(*thresholds)
+    assert in_batch and not any(in_batch)
+    assert gc.isenabled()
+    assert _rows(db, "SELECT count(*) FROM calls") == [(50,)]
