@@ -524,3 +524,37 @@ def test_a_batch_sets_off_no_garbage_collection_and_leaves_it_as_it_found_it(tmp
     assert in_batch and not any(in_batch)
     assert gc.isenabled()
     assert _rows(db, "SELECT count(*) FROM calls") == [(50,)]
+
+
+def test_a_batch_on_an_apps_thread_leaves_the_apps_collector_alone(tmp_path):
+    """A spool's flush thread ingests inside the app: the collector stays the app's (its own threads
+    run on and may switch it meanwhile), so collections go on during the batch as they would."""
+    import gc
+    import sys
+    import threading
+
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    spool.mkdir()
+    (spool / DEAD).write_bytes(b"".join(_call(f"c{index}") for index in range(50)))
+    in_batch: list[bool] = []
+
+    def collected(phase: str, info: dict) -> None:
+        if phase == "start":
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_name != "_commit_batch":
+                frame = frame.f_back
+            in_batch.append(frame is not None)
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(collected)
+    gc.set_threshold(1)
+    try:
+        worker = threading.Thread(target=ingest_spools, args=(db, spool))
+        worker.start()
+        worker.join()
+    finally:
+        gc.callbacks.remove(collected)
+        gc.set_threshold(*thresholds)
+    assert any(in_batch)
+    assert gc.isenabled()
+    assert _rows(db, "SELECT count(*) FROM calls") == [(50,)]

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -493,10 +494,12 @@ def _ingest(con: duckdb.DuckDBPyConnection, files: list[Path], work_dir: Path | 
             nonlocal schemas
             schemas = schemas or record_schemas(con)
             # a batch allocates a few objects per record and leaves almost no cycles: the collections
-            # it set off found nothing to free, and each full one walked every object of the process
-            # (an app's whole heap when it ingests in its own process); what it leaves is collected after
-            collecting = gc.isenabled()
-            gc.disable()
+            # it set off found nothing to free, and each full one walked every object of the process;
+            # what it leaves is collected after. Only on the main thread: a spool's flush thread in an
+            # app must not switch the app's collector while the app's own threads run (and toggle it)
+            collecting = gc.isenabled() and threading.current_thread() is threading.main_thread()
+            if collecting:
+                gc.disable()
             try:
                 return _commit_batch(con, chunks, moved, finished, torn, schemas, work_dir)
             finally:
