@@ -12,7 +12,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import dashboard_store as fx
@@ -21,6 +21,7 @@ from workbench.store import queries as q
 from workbench.store import rollup
 from workbench.store.db import open_store
 from workbench.store.queries import ledger
+from workbench.store.queries._base import _q
 from workbench.store.ingest import write_rows
 
 MODELS = ["alpha", "beta", "mystery"]  # mystery has no price
@@ -103,6 +104,50 @@ def blank_store(tmp_path_factory) -> Path:
     with open_store(path):
         pass
     return path
+
+
+_RUN_IDS = [f"R{index}" for index in range(8)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(runs=st.dictionaries(st.sampled_from(_RUN_IDS[:6]), st.tuples(
+           st.none() | st.sampled_from(_RUN_IDS), st.sampled_from(["chat", "batch"]))),
+       tagged=st.sets(st.sampled_from(_RUN_IDS)),
+       f=st.sampled_from([q.Filters(run_names=("chat",)), q.Filters(tags=("env=prod",)),
+                          q.Filters(run_names=("chat",), tags=("env=prod",))]))
+# three deep, a tagged run inside a tagged one, a cycle under a selected run, and one under a run never stored
+@example(runs={"R0": (None, "chat"), "R1": ("R0", "batch"), "R2": ("R1", "batch"), "R3": ("R2", "chat"),
+               "R4": ("R5", "batch"), "R5": ("R4", "batch"), "R6": ("R7", "chat")},
+         tagged={"R0", "R3", "R4", "R7"}, f=q.Filters(tags=("env=prod",)))
+def test_a_run_name_or_tag_selects_its_stored_runs_and_every_run_inside_them(blank_store, runs, tagged, f):
+    """The runs a name or tag selects, computed here by walking parent links: the stored runs that
+    match, then every stored run whose parent is selected, however deep (a run inside a selected one
+    may match too; parents may form a cycle or be runs never stored; a tag may name a run never
+    stored), read as the run sets and through `fr` (filtered runs) with and without a scope."""
+    matched = {run for run, (_, name) in runs.items()
+               if (not f.run_names or name in f.run_names) and (not f.tags or run in tagged)}
+    expected, grew = set(matched), True
+    while grew:
+        inside = {run for run, (parent, _) in runs.items() if parent in expected}
+        grew, expected = not inside <= expected, expected | inside
+    with tempfile.TemporaryDirectory() as folder:
+        db = Path(folder) / "runs.duckdb"
+        shutil.copyfile(blank_store, db)
+        with open_store(db) as con:
+            write_rows(con, "run", [{"run_id": run, "parent_run_id": parent, "name": name, "status": "ok",
+                                     "started_at": "2024-05-01T00:00:00+00:00"}
+                                    for run, (parent, name) in runs.items()])
+            write_rows(con, "run_tag", [{"run_id": run, "key": "env", "value": "prod"} for run in tagged])
+
+        def work(con):
+            sets = q.run_sets(con, f)["_wb_sel_runs"]["run_id"].to_list()
+            unscoped = _q(con, f, "SELECT run_id FROM fr")["run_id"].to_list()
+            with q.scope(con, f):
+                scoped = _q(con, f, "SELECT run_id FROM fr")["run_id"].to_list()
+            return sets, unscoped, scoped
+
+        for ids in q.read(db, None, work):
+            assert sorted(ids) == sorted(expected)
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow,
