@@ -45,11 +45,15 @@ print(json.dumps({
 """
 
 
-def test_app_tracer_provider_is_joined_not_replaced(tmp_path):
-    result = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "wb.duckdb")], cwd=REPO,
-                            capture_output=True, text=True, timeout=60)
+def _child(code: str, db: Path) -> dict:
+    """What `code`, run in a fresh process on the store `db`, printed last (a JSON line)."""
+    result = subprocess.run([sys.executable, "-c", code, str(db)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_app_tracer_provider_is_joined_not_replaced(tmp_path):
+    out = _child(CHILD, tmp_path / "wb.duckdb")
     assert out["same_provider"] is True
     app = {name: (span_id, parent) for name, span_id, parent in out["app_saw"]}
     # the application's own exporter saw our run and call spans, nested in its request span
@@ -114,10 +118,7 @@ print(json.dumps({"stored_only": stored_only, "started_alone": started_alone, "r
 
 
 def test_a_call_span_the_store_alone_sees_is_written_without_the_sdks_span_and_reads_the_same(tmp_path):
-    result = subprocess.run([sys.executable, "-c", STORED_ONLY_CHILD, str(tmp_path / "wb.duckdb")], cwd=REPO,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.strip().splitlines()[-1])
+    out = _child(STORED_ONLY_CHILD, tmp_path / "wb.duckdb")
     assert out["stored_only"] is True
     # with no one but the store to see spans, only the run's span went through the SDK
     assert out["started_alone"] == ["run alone"]
