@@ -150,8 +150,8 @@ def ended_span(context, name: str, kind: trace.SpanKind, attributes: dict, start
     """A span of Workbench's that starts and ends at once (a call's, on the spool thread), ended and
     stored; its trace, span and parent span ids, or None when tracing does not record it. When the
     store alone sees our spans and the SDK is at its defaults, its row is written without the SDK's
-    span (its start, checks and processors cost ~8 times the row): the same ids, sampling decision,
-    attributes and row as the SDK's span would give."""
+    span (its start, attribute checks and processors: ~17 us for a call's, against ~2 us for the
+    parent, the sampler and the ids): the same ids, sampling decision and row as the SDK's span."""
     tracer_ = tracer()
     if spans_stored_only() and _plain_sdk(tracer_, len(attributes)):
         parent = trace.get_current_span(context).get_span_context()
