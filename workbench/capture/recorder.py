@@ -17,7 +17,7 @@ from workbench.ids import new_id
 from workbench.capture import clock, semconv
 from workbench.insight import prefix
 from workbench.capture.runs import Run, current_run
-from workbench.capture.tracing import spans_stored_only, tracer
+from workbench.capture.tracing import ended_span, spans_stored_only
 from workbench.config import Settings, load_settings_leniently, work_dir_of
 from workbench.errors import WorkbenchError
 from workbench.models import ModelRegistry, load_registry, registry
@@ -112,14 +112,14 @@ class Recorder:
             call = self._call(pending, leave_library=deferring() and spans_stored_only())
         call = masked_call(call, self._credentials(pending))
         try:
-            span = _span(pending, call)
+            ids = _span(pending, call)
         except Exception as exc:  # noqa: BLE001 - a span we cannot make never costs the call's rows
-            span = None
+            ids = None
             self.spool.note_failure("span", exc)
-        if span is not None:
-            context = span.get_span_context()
-            call.trace_id, call.span_id = format(context.trace_id, "032x"), format(context.span_id, "016x")
-            call.parent_span_id = format(span.parent.span_id, "016x") if span.parent else None
+        if ids is not None:
+            trace_id, span_id, parent_span_id = ids
+            call.trace_id, call.span_id = format(trace_id, "032x"), format(span_id, "016x")
+            call.parent_span_id = format(parent_span_id, "016x") if parent_span_id is not None else None
         if call.request_hash is None:
             call.request_hash = hash_request(pending.method, pending.url, pending.request_body)
         self.spool_call(call)
@@ -193,10 +193,10 @@ def _time(nanos: int) -> datetime:
     return datetime.fromtimestamp(nanos / 1e9, tz=timezone.utc)
 
 
-def _span(pending: Pending, call: Call):
-    """The call's CLIENT span with the GenAI attributes, ended; None when tracing does not record.
-    Every attribute is given as the span starts (one pass of the SDK's attribute checks, not two),
-    in the order they are stored."""
+def _span(pending: Pending, call: Call) -> tuple[int, int, int | None] | None:
+    """The call's CLIENT span with the GenAI attributes, ended: its trace, span and parent span ids;
+    None when tracing does not record. Every attribute is given as the span starts (one pass of the
+    SDK's attribute checks, not two), in the order they are stored."""
     model = call.model_requested or call.model_served
     operation = semconv.OPERATIONS.get(call.wire, "chat")
     usage = call.usage
@@ -228,19 +228,11 @@ def _span(pending: Pending, call: Call):
         attributes[semconv.COST_MICROS] = AT_INGESTION
     if call.error_type:
         attributes[semconv.ERROR_TYPE] = call.error_type
-    span = tracer().start_span(
-        f"{operation} {model}" if model else operation,
-        context=pending.context,
-        kind=trace.SpanKind.CLIENT,
-        start_time=pending.started_ns,
-        attributes={key: value for key, value in attributes.items() if value is not None},
-    )
-    if not span.is_recording():
-        return None
-    if call.error_type:
-        span.set_status(trace.Status(trace.StatusCode.ERROR, (call.error_message or call.error_type)[:200]))
-    span.end(end_time=pending.ended_ns)
-    return span
+    status = (trace.Status(trace.StatusCode.ERROR, (call.error_message or call.error_type)[:200])
+              if call.error_type else None)
+    return ended_span(pending.context, f"{operation} {model}" if model else operation, trace.SpanKind.CLIENT,
+                      {key: value for key, value in attributes.items() if value is not None},
+                      pending.started_ns, pending.ended_ns, status)
 
 
 _recorder: Recorder | None = None
