@@ -29,7 +29,7 @@ SHAPE_SAMPLES = {
     "Slack token": "xoxb-" + "1a2B" * 4,
     "Stripe key": "sk_live_" + "L2" * 9,
     "JSON web token": "eyJ" + "M3" * 5 + ".eyJ" + "N4" * 5 + "." + "O5" * 5,
-    "private key": "-----BEGIN PRIVATE KEY-----\nP6P6P6P6\n-----END PRIVATE KEY-----",
+    "private key": "-----BEGIN " + "PRIVATE KEY-----\nP6P6P6P6\n-----END PRIVATE KEY-----",
     "bearer token": "Bearer q7" + "Q7" * 8,
     "organization id": "org-" + "R8" * 9,
     "project id": "proj_" + "S9" * 9,
