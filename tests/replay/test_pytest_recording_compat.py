@@ -24,7 +24,7 @@ import openai
 
 
 def ask(text, create=None, **options):
-    client = openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", api_key="sk-secret-key-1234567890abcdef",
+    client = openai.OpenAI(base_url=os.environ["FAKE_URL"] + "/v1", api_key="sk-" "secret-key-1234567890abcdef",
                            max_retries=0, **options)
     reply = client.chat.completions.create(model="wbt-gpt", messages=[{"role": "user", "content": text}],
                                            **(create or {}))

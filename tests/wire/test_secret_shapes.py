@@ -29,7 +29,7 @@ SHAPE_SAMPLES = {
     "Slack token": "xoxb-" + "1a2B" * 4,
     "Stripe key": "sk_live_" + "L2" * 9,
     "JSON web token": "eyJ" + "M3" * 5 + ".eyJ" + "N4" * 5 + "." + "O5" * 5,
-    "private key": "-----BEGIN PRIVATE KEY-----\nP6P6P6P6\n-----END PRIVATE KEY-----",
+    "private key": "-----BEGIN " + "PRIVATE KEY-----\nP6P6P6P6\n-----END PRIVATE KEY-----",
     "bearer token": "Bearer q7" + "Q7" * 8,
     "organization id": "org-" + "R8" * 9,
     "project id": "proj_" + "S9" * 9,
@@ -94,6 +94,38 @@ PROSE = [
 
 @pytest.mark.parametrize("text", PROSE)
 def test_words_and_ids_that_hold_a_literal_are_kept(text):
+    assert redact.mask_secrets(text) == text and redact.find_secrets(text) == []
+
+
+# Slack's token kinds, in the shapes of gitleaks' and detect-secrets' samples (built from pieces)
+SLACK_TOKENS = [
+    "xoxb-" + "263594206564-" + "FGqddMF8t08v8N7Oq4i57vs1",  # bot, legacy bot
+    "xoxb-" + "4614724432022-5152386766518-" + "O5WzjWGLG0wcCm2WPrjEmnys",  # bot
+    "xoxp-" + "41684372915-1320496754-45609968301-" + HEX,  # user
+    "xoxa-" + "2-511111111-31111111111-3111111111111-" + HEX[:18],  # workspace app
+    "xoxr-" + TAIL[:16],  # refresh
+    "xoxe-" + "1-" + TAIL * 3,  # rotating refresh
+    "xoxe.xoxp-" + "1-" + TAIL * 3,  # configuration access
+    "xoxs-" + "3206092076-3204538285-3743137121-" + HEX[:10],  # session (legacy)
+    "xoxo-" + "523423-234243-234233-" + HEX[:18],  # legacy
+    "xoxc-" + "1234567890-1234567890123-1234567890123-" + HEX + HEX,  # browser client
+    "xoxd-" + "aBcD%2FeFgH1234%2BiJkL" + "%3D%3D",  # the client's `d` cookie, URL-encoded
+]
+
+
+@pytest.mark.parametrize("token", SLACK_TOKENS, ids=lambda token: token[:5])
+def test_every_slack_token_kind_is_masked(token):
+    masked = redact.mask_secrets(f"SLACK_TOKEN={token} (end)")
+    assert redact.find_secrets(f"SLACK_TOKEN={token}") == ["Slack token"]
+    assert token[10:] not in masked and masked.endswith("[redacted] (end)"), masked
+
+
+@pytest.mark.parametrize("text", [
+    "hugs xoxo-from Ann", "hugs and kisses, xoxo-from-ann-and-the-kids", "xoxo-gossip-girl-season-2-episode-4",
+    "see you soon xoxo-Annabelle2024", "love, mum xoxo-xoxo-xoxo-xoxo", "xoxo-2024-12-25-christmas-card",
+])
+def test_xoxo_in_prose_is_kept(text):
+    """`xoxo` signs off a letter: only the legacy token's numbered shape after it is a Slack token."""
     assert redact.mask_secrets(text) == text and redact.find_secrets(text) == []
 
 

@@ -150,6 +150,9 @@ def _cell(value) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
+_FOLD_AT = 20  # a table's text longer than this folds onto more lines
+
+
 def _emit(data, fmt: Format | str, title: str, columns: list[str] | None = None) -> None:
     """Rows (a polars frame, or a list of dicts with these `columns`) as a table (money exact, in its
     currency), or as CSV or JSON on stdout (money as exact integer micros, every field). Ids print whole."""
@@ -180,18 +183,39 @@ def _emit(data, fmt: Format | str, title: str, columns: list[str] | None = None)
         cells = [[cell.removesuffix(f" {single}") if name.endswith("_micros") else cell
                   for name, cell in zip(shown, line)] for line in cells]
     table = Table(title=title)
+    headers, floors = [], []
     for index, name in enumerate(shown):
         sample = next((row[name] for row in rows if row.get(name) is not None), None)
         numeric = isinstance(sample, (int, float)) and not isinstance(sample, bool)
-        header = f"{name.removesuffix('_micros')} ({single})" if single and name.endswith("_micros") else name
-        # an id, an amount or a short value (a time, a status, a count) is printed whole on one line,
-        # however narrow the terminal; longer text folds
-        whole = name.endswith(("_id", "_micros")) or max(len(line[index]) for line in cells) <= 20
-        table.add_column(header, justify="right" if numeric else "left", no_wrap=whole,
-                         overflow="fold", min_width=max(len(line[index]) for line in cells) if whole else None)
+        headers.append(f"{name.removesuffix('_micros')} ({single})" if single and name.endswith("_micros") else name)
+        # an id, an amount or a short value (a time, a status, a count) is printed whole on one line;
+        # longer text folds at 20; a header breaks at its spaces, never inside a word
+        longest = max(len(line[index]) for line in cells)
+        whole = name.endswith(("_id", "_micros")) or longest <= _FOLD_AT
+        floors.append(max(longest if whole else _FOLD_AT, *map(len, headers[-1].split())))
+        table.add_column(headers[-1], justify="right" if numeric else "left", no_wrap=whole, overflow="fold",
+                         min_width=floors[-1])
+    # each column takes its width plus a border and a space each side: squeezed below that, rich cuts
+    # columns to nothing and crops the right edge; too wide, each row is a block of `name  value` lines
+    if sum(floors) + 3 * len(floors) + 1 > console.width:
+        _blocks(title, headers, cells)
+        return
     for line in cells:
         table.add_row(*line)
     console.print(table)
+
+
+def _blocks(title: str, headers: list[str], cells: list[list[str]]) -> None:
+    """Rows too wide for the terminal as a table, one block each (psql's expanded display)."""
+    console.print(Text(f"{title}: {len(cells):,} row{'' if len(cells) == 1 else 's'}", style="italic"))
+    for number, line in enumerate(cells, 1):
+        console.print(Text(f"── {number} ".ljust(min(console.width, 40), "─"), style="dim"))
+        block = Table.grid(padding=(0, 2))
+        block.add_column(no_wrap=True, style="bold")
+        block.add_column(overflow="fold")
+        for header, cell in zip(headers, line):
+            block.add_row(header, cell)
+        console.print(block)
 
 
 def _money_cell(name: str, row: dict) -> str:

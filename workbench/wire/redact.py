@@ -177,7 +177,10 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
     "GitHub token": (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
                      r"gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,}", ("github_pat_",)),
     "GitLab token": (("glpat-",), r"glpat-[A-Za-z0-9_\-]{20,}", ("glpat-",)),
-    "Slack token": (("xox",), r"xox[abposr]-[0-9A-Za-z\-]{10,}", ()),
+    # bot, user, app, client, refresh, session and configuration tokens, the `d` cookie's value (URL-encoded);
+    # `xoxo-` only in the legacy shape (team, user, token numbers, a hex tail): prose signs off with it
+    "Slack token": (("xox",), r"xox[abceprs]-[0-9A-Za-z\-]{10,}|xoxd-[0-9A-Za-z%/+=\-]{10,}"
+                              r"|xoxo-\d{4,}-\d{4,}-\d{4,}-[0-9a-fA-F]{6,}", ()),
     "Stripe key": (("sk_live_", "rk_live_", "sk_test_", "rk_test_"),
                    r"[sr]k_(?:live|test)_[0-9A-Za-z]{16,}", ()),
     "JSON web token": (("eyj",), r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", ("eyj",)),
