@@ -2,10 +2,12 @@
 not load the price library for calls no run waits for, and its ingester prices them here, before
 insight reads the batch, as the recorder would have: the library's price in force when the call
 started (`ModelRegistry.sheet_for` with no project row: the recorder found none), the call's model
-row, and its span's `workbench.cost_micros`, placed where the recorder places it."""
+row, and its span's `workbench.cost_micros` with its `workbench.currency`, placed where the recorder
+places them."""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,7 +40,7 @@ def priced_at_ingestion(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.Dat
     if not pending and not marked_spans:
         return frames
     frames = dict(frames)
-    costs: dict[str, int] = {}
+    costs: dict[str, tuple] = {}  # call_id: (cost_micros, currency)
     if pending:
         try:
             frames["call"], models, costs = _priced_calls(calls, work_dir)
@@ -56,7 +58,7 @@ def priced_at_ingestion(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.Dat
     return frames
 
 
-def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFrame, list[dict], dict[str, int]]:
+def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFrame, list[dict], dict[str, tuple]]:
     if work_dir is not None and work_dir not in _lookups_read:
         _lookups_read.add(work_dir)
         use_lookups(work_dir)
@@ -77,7 +79,7 @@ def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFr
         usage = Usage(**{name: row[name] or 0 for name in Usage.model_fields})
         priced = price_with(sheet, usage)
         rows.append((row["call_id"], priced.cost_micros, priced.currency, priced.price_source))
-        costs[row["call_id"]] = priced.cost_micros
+        costs[row["call_id"]] = (priced.cost_micros, priced.currency)
         if priced.price_source not in seen:
             seen.add(priced.price_source)
             models.append({"price_source": priced.price_source, "id": sheet.id, "provider": sheet.provider,
@@ -87,22 +89,25 @@ def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFr
     return calls.update(found, on="call_id", include_nulls=True), models, costs
 
 
-def _spans_with_costs(con: duckdb.DuckDBPyConnection, spans: pl.DataFrame, costs: dict[str, int]) -> pl.DataFrame:
-    """The spans' left cost attribute (`_MARK`) given their call's cost in its place, or dropped
-    when the call stays unpriced. Their call precedes them in the spool: in this batch, or stored."""
+def _spans_with_costs(con: duckdb.DuckDBPyConnection, spans: pl.DataFrame, costs: dict[str, tuple]) -> pl.DataFrame:
+    """The spans' left cost attribute (`_MARK`) given their call's cost and its currency in its place,
+    or dropped when the call stays unpriced. Their call precedes them in the spool: in this batch, or
+    stored."""
     marked = spans["attributes"].str.contains(_MARK, literal=True)
     call_ids = spans["attributes"].str.extract(r'"workbench\.call_id":"([0-9a-f]+)"')
     earlier = [call_id for call_id in call_ids.filter(marked).to_list() if call_id not in costs]
     if earlier:
-        costs = {**costs, **dict(con.execute(
-            "SELECT call_id, cost_micros FROM calls WHERE call_id IN (SELECT unnest($ids)) AND cost_micros IS NOT NULL",
-            {"ids": earlier}).fetchall())}
+        costs = {**costs, **{call_id: (micros, currency) for call_id, micros, currency in con.execute(
+            "SELECT call_id, cost_micros, currency FROM calls WHERE call_id IN (SELECT unnest($ids))"
+            " AND cost_micros IS NOT NULL", {"ids": earlier}).fetchall()}}
 
     def with_cost(attributes: str, call_id: str | None) -> str:
         if _MARK not in attributes:
             return attributes
         if call_id in costs:
-            return attributes.replace(_MARK, f'"workbench.cost_micros":{costs[call_id]}')
+            micros, currency = costs[call_id]
+            return attributes.replace(_MARK, f'"workbench.cost_micros":{micros},'
+                                             f'"workbench.currency":{json.dumps(currency or "USD")}')
         return attributes.replace("," + _MARK, "")  # never the first attribute
 
     patched = [with_cost(text, call_id) for text, call_id in zip(spans["attributes"].to_list(), call_ids.to_list())]
