@@ -369,8 +369,9 @@ class RunScope:
                     pass
             run.span.set_status(trace.Status(trace.StatusCode.ERROR, run.error_message[:200]))
             run.span.set_attribute(semconv.ERROR_TYPE, run.error_code or run.error_type)
-        run.span.set_attribute(semconv.COST_MICROS, run._billed.cost_micros)  # the bill's main currency's
-        run.span.set_attribute(semconv.CURRENCY, run._billed.currency or "USD")
+        # the bill's main currency's money, and that currency (one call: a span's lock taken once)
+        run.span.set_attributes({semconv.COST_MICROS: run._billed.cost_micros,
+                                 semconv.CURRENCY: run._billed.currency or "USD"})
         run.span.end(end_time=int(run.ended_at.timestamp() * 1e9))
         otel_context.detach(span_token)
         _current.reset(token)

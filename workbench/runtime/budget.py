@@ -73,6 +73,8 @@ class Ledger:
         self.reserved_tokens = 0
         self.reserved_micros = 0
         self.currency = self.budget.currency  # the costs' currency, else fixed by the first call counted
+        # a cost limit counts one currency (the budget is frozen: decided once)
+        self.limits_cost = self.budget.cost_per_call_micros is not None or self.budget.cost_per_run_micros is not None
         self._lock = threading.Lock()
 
     @property
@@ -85,15 +87,13 @@ class Ledger:
         with self._lock:
             return self.spent_tokens, dict(self.spent_costs)
 
-    @property
-    def limits_cost(self) -> bool:
-        return self.budget.cost_per_call_micros is not None or self.budget.cost_per_run_micros is not None
-
     def restore(self, tokens: int, costs: dict[str, int]) -> None:
         """What the run spent before (a resumed or continued run), per currency. A cost limit counts it
         in its own currency: money spent in another is refused (`WB_BUDGET_CURRENCY`), never counted
         as if it were in the limit's."""
         self.spent_tokens = tokens
+        if not costs:  # a run from its start (every llm() call): nothing to check
+            return
         self.spent_costs = {currency: micros for currency, micros in costs.items() if micros}
         if self.currency is None and len(self.spent_costs) == 1:
             self.currency = next(iter(self.spent_costs))
@@ -112,8 +112,11 @@ class Ledger:
     def reserve(self, tokens: int, micros: int, what: str, input_tokens: int = 0, currency: str = "USD") -> None:
         budget = self.budget
         if self.currency is None:
-            with self._lock:
-                self.currency = self.currency or currency
+            if self.limits_cost:  # under the lock: two first calls in two currencies cannot both pass
+                with self._lock:
+                    self.currency = self.currency or currency
+            else:
+                self.currency = currency
         if self.limits_cost and currency != self.currency:
             raise WorkbenchError(
                 "WB_BUDGET_CURRENCY",
