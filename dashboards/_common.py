@@ -27,7 +27,7 @@ import streamlit as st
 
 from workbench.config import is_lake, load_settings
 from workbench.errors import WorkbenchError
-from workbench.money import MICROS_PER_MINOR, format_amount, format_amounts, format_costs, format_priced, minor_digits
+from workbench.money import MICROS_PER_MINOR, format_amount, format_costs, minor_digits
 from workbench.store import queries as q
 
 # file, title, icon: the navigation, in order
@@ -372,8 +372,10 @@ def with_prompt_labels(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def money(micros: int | None, currency: str | None = "USD", unpriced: int = 0) -> str:
-    """An exact amount; unpriced calls are named beside it, never counted as free."""
-    return format_priced(micros, currency or "USD", unpriced)
+    """An exact amount; unpriced calls are named beside it, never counted as free; `–` for no figure."""
+    if micros is None and not unpriced:
+        return "–"
+    return format_costs({} if micros is None else {currency or "USD": micros}, unpriced)
 
 
 def bill_note(run: dict) -> str | None:
@@ -391,11 +393,7 @@ def bill_money(run: dict) -> str:
     from workbench.capture.runs import Billed
 
     billed = Billed.of_row(run)
-    if billed is None:
-        return "no bill"
-    if billed.calls and billed.calls == billed.unpriced_calls:
-        return money(None, billed.currency, billed.unpriced_calls)
-    return billed.money() + (f" + {billed.unpriced_calls:,} unpriced" if billed.unpriced_calls else "")
+    return "no bill" if billed is None else format_costs(billed.costs(), billed.unpriced_calls)
 
 
 def exact(micros: int | None, currency: str | None = "USD") -> str:
@@ -403,8 +401,8 @@ def exact(micros: int | None, currency: str | None = "USD") -> str:
 
 
 def money_by_currency(frame: pl.DataFrame, column: str = "cost_micros") -> str:
-    """Exact totals per currency, joined: a sum never mixes currencies."""
-    return format_amounts((row[column], row.get("currency") or "USD") for row in frame.iter_rows(named=True))
+    """Exact totals of a frame with a row per currency, joined: a sum never mixes currencies."""
+    return format_costs({row.get("currency") or "USD": row[column] for row in frame.iter_rows(named=True)})
 
 
 def eval_costs(rows) -> tuple[dict[str, int], int]:

@@ -9,7 +9,7 @@ from workbench.models import ModelRegistry, ModelSpec, Usage, price_with, read_m
 from decimal import Decimal
 
 from workbench.money import (
-    Money, decimal_price, format_amount, format_bill, format_exact, format_priced, micros_of_decimal, minor_units,
+    Money, decimal_price, format_amount, format_bill, format_costs, format_exact, micros_of_decimal, minor_units,
 )
 
 
@@ -99,8 +99,19 @@ def test_a_bill_rounds_up_once_and_unpriced_is_never_zero():
     assert format_bill(1) == "0.01 USD" and format_bill(225) == "0.01 USD"
     assert format_bill(123_456_789_000) == "1,234.57 USD" and format_bill(0) == "0.00 USD"
     assert format_bill(None) == "unpriced"
-    assert format_priced(24_600, "USD", unpriced=2) == "0.000246 USD + 2 unpriced"
-    assert format_priced(None, "USD", unpriced=3) == "unpriced (3 calls)"
+    assert format_costs({"USD": 24_600}, unpriced=2) == "0.000246 USD + 2 unpriced"
+    assert format_costs({}, unpriced=3) == "unpriced (3 calls)"
+
+
+def test_money_of_several_currencies_is_shown_apart_one_way():
+    """`format_costs`, the one function for money per currency: analysis, every digit, or a bill."""
+    costs = {"EUR": 160_000_000, "USD": 123_456_700}
+    assert format_costs(costs) == "1.60 EUR + 1.235 USD"
+    assert format_costs(costs, exact=True) == "1.60 EUR + 1.234567 USD"
+    assert format_costs(costs, bill=True) == "1.60 EUR + 1.24 USD"  # each rounded up once, in its own currency
+    assert format_costs(costs, 2) == "1.60 EUR + 1.235 USD + 2 unpriced"
+    assert format_costs({}) == format_costs({}, exact=True) == format_costs({}, bill=True) == "0.00 USD"
+    assert format_costs({"JPY": 0}, bill=True) == "0 JPY"
 
 
 def test_decimal_amounts_become_integers_exactly():

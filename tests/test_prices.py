@@ -288,6 +288,9 @@ def test_a_pytest_sessions_calls_are_priced_at_ingestion_as_the_recorder_prices_
     stored = _stored(tmp_path / "ingester" / "wb.duckdb")
     assert stored == _stored(tmp_path / "recorder" / "wb.duckdb")
     assert [cost is not None for _, cost, _, _ in stored["calls"]] == [True, True, False]
+    # each priced span's cost with its currency beside it, as the recorder writes them
+    assert sorted(attributes.get("workbench.currency") for attributes, _ in stored["spans"]
+                  if "workbench.cost_micros" in attributes) == ["USD", "USD"]
     assert len(stored["models"]) == 2
     # the ingester kept its answers where the next session's recorder reads them (`use_lookups`)
     (kept,) = (tmp_path / "ingester" / "wb.duckdb.workbench").glob("prices-*.json")

@@ -136,30 +136,14 @@ def format_exact(micros: int | None, currency: str | None = "USD") -> str:
     return _text(_major(micros, currency), minor_digits(currency) + MICRO_DIGITS, currency)
 
 
-def format_amounts(amounts, bill: bool = False) -> str:
-    """Amounts of several currencies, `(micros, currency)` each, joined: `0.0123 USD + 0.5 EUR`, each
-    exact (`bill`: rounded up once, each in its own currency); a sum never adds two currencies.
-    None of them: zero, in dollars."""
-    shown = [(format_bill if bill else format_amount)(micros or 0, currency) for micros, currency in amounts]
-    return " + ".join(shown) or format_amount(0)
-
-
-def format_costs(costs: dict[str, int], unpriced: int = 0, exact: bool = False) -> str:
+def format_costs(costs: dict[str, int], unpriced: int = 0, exact: bool = False, bill: bool = False) -> str:
     """Money of several currencies (`{currency: micros}`) with the calls nothing priced named:
-    `0.0016 EUR + 0.0013 USD + 12 unpriced`; nothing priced, `unpriced (12 calls)`, never 0 for
-    it. `exact`: every digit (`format_exact`)."""
+    `0.0016 EUR + 0.0013 USD + 12 unpriced`, each currency apart (a sum never adds two); nothing
+    priced, `unpriced (12 calls)`, never 0 for it; nothing at all, `0.00 USD`. Each amount as
+    analysis shows it (`format_amount`); `exact`: every digit (`format_exact`); `bill`: rounded up
+    once, in its own currency (`format_bill`)."""
     if unpriced and not costs:
-        return format_priced(None, None, unpriced)
-    amounts = [(micros, currency) for currency, micros in costs.items()]
-    text = (" + ".join(format_exact(micros, currency) for micros, currency in amounts) or format_exact(0)
-            if exact else format_amounts(amounts))
-    return f"{text} + {unpriced:,} unpriced" if unpriced else text
-
-
-def format_priced(micros: int | None, currency: str | None = "USD", unpriced: int = 0) -> str:
-    """An analysis total with the calls it leaves out named: `0.0123 USD + 2 unpriced`; a group with
-    no priced call at all is `unpriced (2 calls)`, never `0.00`."""
-    if micros is None:
-        return f"unpriced ({unpriced:,} calls)" if unpriced else "–"
-    text = format_amount(micros, currency)
+        return f"unpriced ({unpriced:,} calls)"
+    each = format_exact if exact else format_bill if bill else format_amount
+    text = " + ".join(each(micros or 0, currency) for currency, micros in costs.items()) or format_amount(0)
     return f"{text} + {unpriced:,} unpriced" if unpriced else text

@@ -74,6 +74,24 @@ def test_failing_run_bill_in_python_and_in_the_store(store, fake_provider, fake_
     assert json.loads(run_span["attributes"])["workbench.cost_micros"] == cost
 
 
+def test_a_span_names_the_currency_of_its_cost(store, fake_provider, fake_url):
+    """`workbench.cost_micros` on a call's span and on its run's has its currency beside it
+    (`workbench.currency`): a figure in euros never reads as dollars to a collector."""
+    workbench.register_model(id="wbt-euro", provider="openai", currency="EUR", input=100, output=500,
+                             context_window=200_000, max_output=64_000, source="a test's negotiated price",
+                             as_of="2025-01-01")
+    fake_provider.script(Reply(text="one", usage=U1))
+    with workbench.run("in euros") as run:
+        _openai(fake_url).chat.completions.create(model="wbt-euro", messages=MESSAGES)
+    [call] = store.calls()
+    assert call["currency"] == "EUR" and call["cost_micros"] > 0
+    attributes = json.loads(store.span(call["span_id"])["attributes"])
+    assert (attributes["workbench.cost_micros"], attributes["workbench.currency"]) == (call["cost_micros"], "EUR")
+    row = store.one("SELECT span_id FROM runs WHERE run_id = ?", [run.run_id])
+    attributes = json.loads(store.span(row["span_id"])["attributes"])
+    assert (attributes["workbench.cost_micros"], attributes["workbench.currency"]) == (call["cost_micros"], "EUR")
+
+
 def test_run_without_calls_has_no_bill(store):
     with pytest.raises(KeyError) as raised, workbench.run("empty"):
         raise KeyError("x")

@@ -178,3 +178,60 @@ def test_a_compare_cell_names_its_currency(tmp_path):
     assert table.returncode == 0, table.stderr
     assert format_exact(euros["cost_per_case_micros"], "EUR") in table.stdout
     assert format_exact(dollars["cost_per_case_micros"], "USD") in table.stdout
+
+
+def _extractor_in_euros(root: Path) -> Path:
+    """The example extractor with its model (gpt-4o-mini) priced in euros by models.toml; its committed
+    baseline was recorded in dollars before baselines named a currency."""
+    project = examples_copy(root)
+    toml = project / "models.toml"
+    toml.write_text(toml.read_text().replace('id = "gpt-4o-mini"\n', 'id = "gpt-4o-mini"\ncurrency = "EUR"\n', 1))
+    assert "currency" not in json.loads((project / "evals" / "extractor.baseline.json").read_text())
+    return project
+
+
+def test_the_cost_gate_never_compares_euros_with_a_dollar_baseline(tmp_path):
+    """`--max-cost-increase` against a baseline in another currency has no verdict on the cost (exit 2,
+    `WB_EVAL_COST_CURRENCY`), never a pass from comparing 2,955 micro-cents with 2,955 micro-euro-cents
+    (main passed it: +0.0%); re-recorded, the baseline names its currency and the gate judges again."""
+    project = _extractor_in_euros(tmp_path / "p")
+    gated = workbench_cli(project, "eval", "extractor", "--max-cost-increase", "0.1", "--json", "out.json",
+                          env=OFFLINE_ENV)
+    assert gated.returncode == 2, gated.stdout + gated.stderr
+    assert "WB_EVAL_COST_CURRENCY" in gated.stderr and "in EUR, the baseline's in USD" in gated.stderr
+    assert "--record-baseline" in gated.stderr and "Traceback" not in gated.stderr
+    [suite] = json.loads((project / "out.json").read_text())["suites"]
+    assert (suite["verdict"], suite["error"]["code"], suite["cost_increase"]) == ("error", "WB_EVAL_COST_CURRENCY", None)
+    assert all(case["currency"] == "EUR" for case in suite["cases"])
+    # the scores are judged as ever: without the cost flag the gate passes
+    assert workbench_cli(project, "eval", "extractor", env=OFFLINE_ENV).returncode == 0
+
+    ingest_spools(project / "wb.duckdb", spool_dir_of(project / "wb.duckdb"))
+    with open_store(project / "wb.duckdb", read_only=True) as con:
+        verdicts = con.execute("SELECT verdict, error_code FROM eval_runs ORDER BY started_at").fetchall()
+        baseline_costs = con.execute("SELECT DISTINCT currency, baseline_cost_micros FROM eval_results").fetchall()
+    assert verdicts == [("error", "WB_EVAL_COST_CURRENCY"), ("pass", None)]
+    assert baseline_costs == [("EUR", None)]  # the dollar baseline's figure never stored as euros
+
+    recorded = workbench_cli(project, "eval", "extractor", "--record-baseline", env=OFFLINE_ENV)
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    baseline = json.loads((project / "evals" / "extractor.baseline.json").read_text())
+    assert baseline["currency"] == "EUR" and all(case["cost_micros"] > 0 for case in baseline["cases"].values())
+    again = workbench_cli(project, "eval", "extractor", "--max-cost-increase", "0.1", env=OFFLINE_ENV)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_a_baseline_keeps_costs_in_one_currency_only():
+    from workbench.evaluate.baseline import Baseline, baseline_costs, cost_change
+
+    assert baseline_costs({"a": (5, "EUR"), "b": (0, "USD"), "c": (None, None)}) == ({"a": 5, "b": 0, "c": None}, "EUR")
+    # cases priced in two currencies: no figure of either is kept under one currency
+    assert baseline_costs({"a": (5, "EUR"), "b": (7, "USD")}) == ({"a": None, "b": None}, None)
+    assert baseline_costs({"a": (0, "USD")}) == ({"a": 0}, None)
+    old = Baseline.model_validate({"format": 2, "suite": "s", "prompt": {"id": "p", "version": "v1", "hash": "h"},
+                                   "scorers": [], "tolerance": 0.05, "epochs": 1, "mean": 1.0,
+                                   "cases": {"a": {"score": 1.0, "cost_micros": 100}}})
+    assert old.currency == "USD"  # written before baselines named one: dollars, as every cost was shown then
+    assert cost_change({"a": (120, "USD")}, 1, old) == (0.2, None)
+    assert cost_change({"a": (100, "EUR")}, 1, old) == (None, "the run's cost is in EUR, the baseline's in USD")
+    assert cost_change({"a": (0, "EUR")}, 1, old) == (-1.0, None)  # nothing is nothing in any currency

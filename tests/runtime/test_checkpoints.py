@@ -74,6 +74,56 @@ def test_every_turn_boundary_is_a_checkpoint_the_hook_sees(anthropic_gateway, fa
     assert [event["turn"] for event in store.events(result.run_id, "agent.checkpoint")] == [1, 2, 3]
 
 
+def test_a_resumed_runs_spend_keeps_its_currency(anthropic_gateway, fake, store):
+    """A checkpoint keeps what the budget ledger spent per currency, and a resumed run's cost budget
+    counts it in that currency: with the model priced in dollars since, the euros already spent are
+    refused (`WB_BUDGET_CURRENCY`, nothing sent), never counted as dollars (main restored one bare
+    figure, named by the next call's currency). Priced in euros again, the spend goes on adding up."""
+    import workbench
+
+    def priced_in(currency: str) -> None:
+        workbench.register_model(id=CLAUDE, provider="anthropic", context_window=200_000, max_output=8192,
+                                 input=300, output=1500, currency=currency, source="test", as_of="2026-01-01")
+
+    def reader(log: list[int], crash_at: int | None = None) -> Agent:
+        return Agent(anthropic_gateway, "Read.", [fetcher(log, crash_at)], name="reader", max_turns=5,
+                     budget=Budget(cost_per_run_micros=10**9))
+
+    priced_in("EUR")
+    fake.responder = pages_then_done(4)
+    with pytest.raises(Crash):
+        reader([], crash_at=3).run()
+    crashed = store.run(name="reader")
+    calls = store.calls(crashed["run_id"])
+    assert {call["currency"] for call in calls} == {"EUR"}
+    assert checkpoint.load(crashed["run_id"]).spent[1] == {"EUR": sum(call["cost_micros"] for call in calls[:2])}
+
+    priced_in("USD")
+    with pytest.raises(WorkbenchError) as caught:
+        reader([]).resume(crashed["run_id"])
+    assert caught.value.code == "WB_BUDGET_CURRENCY" and "EUR" in caught.value.cause and "counts USD" not in caught.value.cause
+    assert len(fake.requests) == 3
+
+    priced_in("EUR")
+    result = reader([]).resume(crashed["run_id"])
+    # the last checkpoint (turn 4): turns 1-2 of the crashed run, turns 3-4 bought by this one
+    spent = calls[:2] + store.calls(result.run_id)[:2]
+    assert checkpoint.load(result.run_id).spent[1] == {"EUR": sum(call["cost_micros"] for call in spent)}
+
+
+def test_a_state_written_before_spends_named_a_currency_is_read_in_its_bills(anthropic_gateway, fake, store):
+    from workbench.runtime.transcript import RunState
+
+    fake.responder = pages_then_done(1)
+    seen = []
+    Agent(anthropic_gateway, "Read.", [fetcher([])], on_checkpoint=seen.append).run()
+    data = seen[-1].state.to_json()
+    assert data["spent"][1] == {"USD": data["billed"]["cost_micros"]}
+    old = {**data, "spent": [data["spent"][0], 500], "billed": {**data["billed"], "currency": "EUR"}}
+    assert RunState.from_json(old).spent == (data["spent"][0], {"EUR": 500})  # a cost limit counted it in EUR
+    assert RunState.from_json({**old, "spent": [0, 0]}).spent == (0, {})
+
+
 def test_an_on_checkpoint_that_raises_fails_the_run(anthropic_gateway, fake, store):
     fake.responder = pages_then_done(3)
 

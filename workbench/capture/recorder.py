@@ -224,6 +224,7 @@ def _span(pending: Pending, call: Call) -> tuple[int, int, int | None] | None:
         })
     if call.cost_micros is not None:
         attributes[semconv.COST_MICROS] = call.cost_micros
+        attributes[semconv.CURRENCY] = call.currency or "USD"
     elif call.price_source == AT_INGESTION:  # in its place: the ingester writes the cost there, or drops it
         attributes[semconv.COST_MICROS] = AT_INGESTION
     if call.error_type:

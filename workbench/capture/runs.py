@@ -24,7 +24,7 @@ from workbench.ids import new_id
 from workbench.capture import clock, semconv
 from workbench.capture.route import RESUME_ENV, open_resume
 from workbench.capture.tracing import masked_text, tracer
-from workbench.money import format_amounts, format_priced, minor_units
+from workbench.money import format_costs, minor_units
 from workbench.wire.call import Call
 from workbench.wire.redact import mask_secrets
 
@@ -122,11 +122,12 @@ class Billed(BaseModel):
         """The live calls' exact cost (`replayed`: what the replayed calls would have cost; `rounded`: the
         bill, each currency rounded up once) per currency, joined: `0.000246 USD + 0.0005 EUR`. A
         currency is named where a call was priced in it (the main one when none was)."""
+        return format_costs(self.costs(replayed) or {self.currency: 0}, bill=rounded)
+
+    def costs(self, replayed: bool = False) -> dict[str, int]:
+        """The live (`replayed`: replayed) calls' money per currency a call was priced in."""
         field, counted = ("replayed_cost_micros", "replayed_calls") if replayed else ("cost_micros", "calls")
-        parts = self.by_currency()
-        shown = [(currency, part) for currency, part in parts.items() if getattr(part, counted)]
-        return format_amounts([(getattr(part, field), currency)
-                               for currency, part in shown or [(self.currency, parts[self.currency])]], bill=rounded)
+        return {currency: getattr(part, field) for currency, part in self.by_currency().items() if getattr(part, counted)}
 
     def __str__(self) -> str:
         """`3 live calls: 0.000246 USD exact, bill 0.01 USD, 1 unpriced; 2 replayed: would cost 0.0007 USD`;
@@ -144,11 +145,7 @@ class Billed(BaseModel):
         if self.unsettled:
             parts[0] += f"; {self.unsettled:,} unsettled"
         if self.replayed_calls:
-            if self.replayed_calls > self.replayed_unpriced_calls:
-                would = self.money(replayed=True) + (
-                    f" + {self.replayed_unpriced_calls:,} unpriced" if self.replayed_unpriced_calls else "")
-            else:
-                would = format_priced(None, self.currency, self.replayed_unpriced_calls)
+            would = format_costs(self.costs(replayed=True), self.replayed_unpriced_calls)
             parts.append(f"{calls(self.replayed_calls, 'replayed')}: would cost {would}")
         return "; ".join(parts)
 
@@ -372,7 +369,9 @@ class RunScope:
                     pass
             run.span.set_status(trace.Status(trace.StatusCode.ERROR, run.error_message[:200]))
             run.span.set_attribute(semconv.ERROR_TYPE, run.error_code or run.error_type)
-        run.span.set_attribute(semconv.COST_MICROS, run._billed.cost_micros)
+        # the bill's main currency's money, and that currency (one call: a span's lock taken once)
+        run.span.set_attributes({semconv.COST_MICROS: run._billed.cost_micros,
+                                 semconv.CURRENCY: run._billed.currency or "USD"})
         run.span.end(end_time=int(run.ended_at.timestamp() * 1e9))
         otel_context.detach(span_token)
         _current.reset(token)

@@ -23,6 +23,7 @@ HTTP_STATUS = "http.response.status_code"
 SERVER_ADDRESS = "server.address"
 
 COST_MICROS = "workbench.cost_micros"
+CURRENCY = "workbench.currency"  # the currency COST_MICROS is in, beside it
 REPLAYED = "workbench.replayed"
 CALL_ID = "workbench.call_id"
 RUN_ID = "workbench.run_id"

@@ -220,11 +220,13 @@ def _blocks(title: str, headers: list[str], cells: list[list[str]]) -> None:
 
 def _money_cell(name: str, row: dict) -> str:
     """Money exact, in the row's currency; a cost with nothing priced is `unpriced`, never 0.00."""
-    from workbench.money import format_priced
+    from workbench.money import format_costs
 
     value = row.get(name)
     unpriced = row.get(name.replace("cost_micros", "unpriced_calls"), 0) if "cost_micros" in name else 0
-    return format_priced(value, row.get("currency") or "USD", unpriced or 0) if value is not None or unpriced else ""
+    if value is None and not unpriced:
+        return ""
+    return format_costs({} if value is None else {row.get("currency") or "USD": value}, unpriced or 0)
 
 
 def error_text(code: str, cause: str, fix: str, mark: str = "") -> Text:

@@ -17,7 +17,7 @@ from workbench.demo.examples import example_project, project_for_demo
 from workbench.demo.workload import SMALL_MODEL, SMALL_WINDOW, WEEKS, Day, Demo
 from workbench.errors import WorkbenchError
 from workbench.models import load_registry, register_model
-from workbench.money import format_amounts
+from workbench.money import format_costs
 
 
 @dataclass
@@ -120,8 +120,8 @@ def summarize(db: Path, verdicts: dict[str, str]) -> Summary:
 
 def by_currency(frame, column: str) -> str:
     """A frame's amounts per currency, joined (`0.0123 USD + 0.5 EUR`): never one sum of two currencies."""
-    return format_amounts((row[column], row["currency"]) for row in frame.iter_rows(named=True)
-                          if row["currency"] is not None)
+    return format_costs({row["currency"]: row[column] for row in frame.iter_rows(named=True)
+                         if row["currency"] is not None})
 
 
 def print_summary(summary: Summary, db: Path, console: Console, db_option: Path | None = None) -> None:

@@ -65,6 +65,10 @@ class Baseline(BaseModel):
     epochs: int = Field(ge=1)
     mean: float = Field(ge=0, le=1)
     cost_micros: int | None = Field(default=None, ge=0)
+    # the currency of every cost in the baseline (`cost_micros`, each case's). Absent (written before
+    # it was kept): USD, the currency every cost was shown in then. None: no cost above zero in one
+    # currency (nothing priced, or cases priced in two, whose costs are then left out)
+    currency: str | None = "USD"
     cases: dict[str, CaseBaseline] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -159,7 +163,7 @@ class CaseVerdict:
     delta: float | None
     p_value: float | None  # the chance a drop this large is noise (one-sided Welch); None: no drop
     cost_micros: int | None
-    baseline_cost_micros: int | None
+    baseline_cost_micros: int | None  # in the case's currency; None: unpriced, or in another currency
     failed: bool  # dropped by more than the tolerance, beyond noise; or errored, when errors are failures
     error: str | None = None
 
@@ -176,6 +180,9 @@ class Verdict:
     mean_p_value: float | None
     cost_increase: float | None  # relative change of the cost per sample; None: not comparable
     cost_failed: bool
+    # why the costs could not be compared though priced: the run's is in another currency than the
+    # baseline's (no exact rate converts one into the other). None: they are alike
+    cost_unlike: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -197,8 +204,17 @@ def _dropped(before: list[list[float]], after: list[list[float]], tolerance: flo
     return test.is_real(confidence), test.p_value
 
 
+Cost = tuple[int | None, str | None]  # a case's cost and its currency (`CaseResult.cost`)
+
+
+def in_currency(micros: int | None, currency: str | None, wanted: str | None) -> int | None:
+    """`micros` (in `currency`) as a figure in `wanted`: itself when the currencies are one, or when it
+    is 0 (nothing, in any currency); else None, never a figure labelled with another currency."""
+    return micros if not micros or currency == wanted else None
+
+
 def judge(
-    suite: str, samples: dict[str, list[float]], costs: dict[str, int | None], baseline: Baseline,
+    suite: str, samples: dict[str, list[float]], costs: dict[str, Cost], baseline: Baseline,
     tolerance: float, max_cost_increase: float | None = None, confidence: float = 0.95,
     errors: dict[str, str] | None = None, epochs: int = 1,
 ) -> Verdict:
@@ -207,7 +223,7 @@ def judge(
     mean on both sides. Cases
     must match the baseline's exactly: a new or a missing case cannot be judged
     (WB_EVAL_BASELINE_INVALID, re-record to accept it). `costs` are per case, over its `epochs`
-    samples."""
+    samples, each with its currency: compared with the baseline's only in the baseline's currency."""
     errors = errors or {}
     ran = set(samples) | set(errors)
     new = sorted(ran - set(baseline.cases))
@@ -224,6 +240,7 @@ def judge(
     cases = []
     for case_id in sorted(ran):
         recorded = baseline.cases[case_id]
+        cost, currency = costs.get(case_id, (None, None))
         values = samples.get(case_id, [])
         score = stats.mean(values) if values else None
         failed, p_value = _dropped([recorded.values], [values], tolerance, confidence) if values else (True, None)
@@ -231,7 +248,8 @@ def judge(
             case_id=case_id, score=score, spread=stats.spread(values) if values else None, samples=values,
             baseline=recorded.score, baseline_spread=stats.spread(recorded.values),
             baseline_samples=len(recorded.values), delta=None if score is None else score - recorded.score,
-            p_value=p_value, cost_micros=costs.get(case_id), baseline_cost_micros=recorded.cost_micros,
+            p_value=p_value, cost_micros=cost,
+            baseline_cost_micros=in_currency(recorded.cost_micros, baseline.currency, currency),
             failed=failed, error=errors.get(case_id),
         ))
     judged = sorted(samples)
@@ -244,21 +262,33 @@ def judge(
         mean_failed, mean_p_value = _dropped([baseline.cases[case_id].values for case_id in judged],
                                              [samples[case_id] for case_id in judged], tolerance, confidence)
         mean_failed = mean_failed and baseline_mean - mean > tolerance + EPSILON
-    cost_increase = cost_change(costs, epochs, baseline)
+    cost_increase, cost_unlike = cost_change(costs, epochs, baseline)
     cost_failed = max_cost_increase is not None and (cost_increase is None or cost_increase > max_cost_increase + EPSILON)
     return Verdict(
         suite=suite, mean=mean, baseline_mean=baseline_mean, tolerance=tolerance, confidence=confidence,
         cases=cases, mean_failed=mean_failed, mean_p_value=mean_p_value, cost_increase=cost_increase,
-        cost_failed=cost_failed,
+        cost_failed=cost_failed, cost_unlike=cost_unlike,
     )
 
 
-def cost_change(costs: dict[str, int | None], epochs: int, baseline: Baseline) -> float | None:
+def cost_change(costs: dict[str, Cost], epochs: int, baseline: Baseline) -> tuple[float | None, str | None]:
     """The relative change of the cost per sample (one run of one case) against the baseline's:
-    like with like whatever the epochs of either. None: not comparable (an unpriced call, no cost)."""
-    now = [costs.get(case_id) for case_id in costs]
+    like with like whatever the epochs of either, and in one currency. None: not comparable (an
+    unpriced call, no cost), with why when the run's money is in another currency than the baseline's."""
+    unlike = sorted({currency for micros, currency in costs.values() if micros and currency != baseline.currency})
+    if unlike and baseline.currency is not None:
+        return None, f"the run's cost is in {' and '.join(unlike)}, the baseline's in {baseline.currency}"
+    now = [micros for micros, _ in costs.values()]
     then = [baseline.cases[case_id].cost_micros for case_id in costs]
     if any(value is None for value in now + then) or not sum(then):
-        return None
+        return None, None
     # exact integers until this one division: cost now x samples then vs cost then x samples now
-    return (sum(now) * baseline.epochs - sum(then) * epochs) / (sum(then) * epochs)
+    return (sum(now) * baseline.epochs - sum(then) * epochs) / (sum(then) * epochs), None
+
+
+def baseline_costs(costs: dict[str, Cost]) -> tuple[dict[str, int | None], str | None]:
+    """Cases' costs as a baseline keeps them: the one currency their money is in (None: none, or two),
+    and each case's figure in it (a figure in another currency left out, as None)."""
+    currencies = {currency for micros, currency in costs.values() if micros}
+    currency = currencies.pop() if len(currencies) == 1 else None
+    return {case_id: in_currency(micros, of, currency) for case_id, (micros, of) in costs.items()}, currency

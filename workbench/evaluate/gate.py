@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from workbench.config import RecordMode
 from workbench.errors import WorkbenchError
-from workbench.evaluate.baseline import Baseline, CaseBaseline, PromptRef, Verdict, judge, read_baseline, write_baseline
+from workbench.evaluate.baseline import (
+    Baseline, CaseBaseline, PromptRef, Verdict, baseline_costs, in_currency, judge, read_baseline, write_baseline,
+)
 from workbench.evaluate.prompts import check_lock, prompts
-from workbench.evaluate.runner import EvalRun, Network, run_suite, store_eval_run
+from workbench.evaluate.runner import EvalRun, Network, one_cost, run_suite, store_eval_run
 from workbench.evaluate.suite import Suite, check_confidence, require_cases
 
 RECORD_ENV = "WORKBENCH_EVAL_RECORD"
@@ -82,12 +84,13 @@ def evaluate(
         return Outcome(eval_run, baseline, None, error)
     verdict = judge(
         suite.name, {result.case_id: result.values for result in eval_run.judged},
-        {result.case_id: result.cost_micros for result in eval_run.results}, baseline, suite.tolerance,
+        {result.case_id: result.cost for result in eval_run.results}, baseline, suite.tolerance,
         max_cost_increase, confidence, errors={result.case_id: _describe(result.error) for result in errored},
         epochs=eval_run.epochs,
     )
     error = regression_of(eval_run, verdict, max_cost_increase)
-    store_eval_run(eval_run, "pass" if error is None else "regression", verdict, error.code if error else None)
+    status = "pass" if error is None else "regression" if error.exit_code == 1 else "error"
+    store_eval_run(eval_run, status, verdict, error.code if error else None)
     return Outcome(eval_run, baseline, verdict, error)
 
 
@@ -131,13 +134,15 @@ def errored_error(eval_run: EvalRun, what: str) -> WorkbenchError:
 
 def baseline_of(eval_run: EvalRun) -> Baseline:
     prompt = eval_run.prompt
+    costs, currency = baseline_costs({result.case_id: result.cost for result in eval_run.results})
     return Baseline(
         format=2, suite=eval_run.suite.name, prompt=PromptRef(id=prompt.id, version=prompt.version, hash=prompt.hash),
         scorers=[scorer.name for scorer in eval_run.suite.scorers], tolerance=eval_run.suite.tolerance,
-        epochs=eval_run.epochs, mean=round(eval_run.mean, 6), cost_micros=eval_run.cost_micros,
+        epochs=eval_run.epochs, mean=round(eval_run.mean, 6), currency=currency,
+        cost_micros=in_currency(*one_cost(*eval_run.costs), currency),
         cases={
             result.case_id: CaseBaseline(score=result.score, samples=result.values if len(result.values) > 1 else None,
-                                         cost_micros=result.cost_micros)
+                                         cost_micros=costs[result.case_id])
             for result in eval_run.results
         },
     )
@@ -178,6 +183,14 @@ def regression_of(eval_run: EvalRun, verdict: Verdict, max_cost_increase: float 
         )
     if verdict.mean_failed or any(case.failed for case in verdict.cases):
         return WorkbenchError("WB_EVAL_THRESHOLD", scores, fix)
+    if verdict.cost_unlike:  # no verdict on the cost: never a pass, and not a regression either
+        return WorkbenchError(
+            "WB_EVAL_COST_CURRENCY",
+            f"suite {eval_run.suite.name}: --max-cost-increase cannot judge the cost per case: {verdict.cost_unlike} "
+            f"({eval_run.suite.baseline_path.name}), and no exact rate converts one into the other; {where}",
+            f"price the suite's models in the baseline's currency (models.toml), or accept the new currency: "
+            f"workbench eval {eval_run.suite.name} --record-baseline, and commit {eval_run.suite.baseline_path.name}",
+        )
     increase = "not comparable (a call was unpriced)" if verdict.cost_increase is None else f"{verdict.cost_increase:+.1%}"
     return WorkbenchError(
         "WB_EVAL_COST",

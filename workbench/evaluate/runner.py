@@ -280,7 +280,12 @@ class CaseResult:
     @property
     def cost_micros(self) -> int | None:
         """Every sample's cost, added (None: a call was unpriced, or calls were priced in two currencies)."""
-        return one_cost(*self.costs)[0]
+        return self.cost[0]
+
+    @property
+    def cost(self) -> tuple[int | None, str | None]:
+        """`cost_micros` and the currency it is in (`one_cost`)."""
+        return one_cost(*self.costs)
 
     @property
     def costs(self) -> tuple[dict[str, int], int]:

@@ -204,7 +204,7 @@ class Agent:
     async def _run(self, prepare: Callable[[], tuple[Picks, RunState | None]], tags: dict, **start) -> AgentResult:
         async with run(self.name, kind="agent", prompt=prompt_tags(self.prompt), **tags) as current:
             picks, state = prepare()  # inside the run: a refusal is on the record, before anything is sent
-            spent = state.spent if state is not None else (0, 0)
+            spent = state.spent if state is not None else (0, {})
             declared = self.budget if self.budget is not None else self.gateway.budget
             loop = Loop(self, picks, current, state, **start)
             try:

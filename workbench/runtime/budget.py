@@ -22,7 +22,7 @@ from typing import Iterator
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from workbench.errors import WorkbenchError
-from workbench.money import format_exact
+from workbench.money import format_costs, format_exact
 from workbench.runtime.options import count, invalid
 
 
@@ -69,26 +69,63 @@ class Ledger:
         self.budget = budget or _NO_LIMITS
         self.name = name
         self.spent_tokens = 0
-        self.spent_micros = 0
+        self.spent_costs: dict[str, int] = {}  # money spent, per currency it was priced in
         self.reserved_tokens = 0
         self.reserved_micros = 0
         self.currency = self.budget.currency  # the costs' currency, else fixed by the first call counted
+        # a cost limit counts one currency (the budget is frozen: decided once)
+        self.limits_cost = self.budget.cost_per_call_micros is not None or self.budget.cost_per_run_micros is not None
         self._lock = threading.Lock()
+
+    @property
+    def spent_micros(self) -> int:
+        """The money spent in `currency`, the one the cost limits count (every other is refused)."""
+        return self.spent_costs.get(self.currency, 0) if self.currency else 0
+
+    def spent(self) -> tuple[int, dict[str, int]]:
+        """(tokens, money per currency) spent: what a checkpoint keeps, for `restore`."""
+        with self._lock:
+            return self.spent_tokens, dict(self.spent_costs)
+
+    def restore(self, tokens: int, costs: dict[str, int]) -> None:
+        """What the run spent before (a resumed or continued run), per currency. A cost limit counts it
+        in its own currency: money spent in another is refused (`WB_BUDGET_CURRENCY`), never counted
+        as if it were in the limit's."""
+        self.spent_tokens = tokens
+        if not costs:  # a run from its start (every llm() call): nothing to check
+            return
+        self.spent_costs = {currency: micros for currency, micros in costs.items() if micros}
+        if self.currency is None and len(self.spent_costs) == 1:
+            self.currency = next(iter(self.spent_costs))
+        other = sorted(currency for currency in self.spent_costs if currency != self.currency)
+        if other and self.limits_cost:
+            counts = self.currency or "one currency"
+            raise WorkbenchError(
+                "WB_BUDGET_CURRENCY",
+                f"run {self.name!r} already spent {format_costs(self.spent_costs, exact=True)} before it went "
+                f"on, but its cost budget counts {counts}: no exact rate converts one into the other, so "
+                "nothing is sent",
+                f"price the run's models in {', '.join(other)} again (models.toml), give the budget that "
+                f"currency (Budget(currency={other[0]!r}, ...)), or bound the run by tokens (tokens_per_run)",
+            )
 
     def reserve(self, tokens: int, micros: int, what: str, input_tokens: int = 0, currency: str = "USD") -> None:
         budget = self.budget
-        if budget.cost_per_call_micros is not None or budget.cost_per_run_micros is not None:
-            with self._lock:
-                self.currency = self.currency or currency
-            if currency != self.currency:
-                raise WorkbenchError(
-                    "WB_BUDGET_CURRENCY",
-                    f"{what} is priced in {currency}, but the cost budget of run {self.name!r} counts "
-                    f"{self.currency}: no exact rate converts one into the other, so the call is not made",
-                    f"price the run's models in {self.currency} in models.toml, give the budget the call's "
-                    f"currency (Budget(currency={currency!r}, ...)) in a run of its own, or bound the run by "
-                    "tokens (tokens_per_run)",
-                )
+        if self.currency is None:
+            if self.limits_cost:  # under the lock: two first calls in two currencies cannot both pass
+                with self._lock:
+                    self.currency = self.currency or currency
+            else:
+                self.currency = currency
+        if self.limits_cost and currency != self.currency:
+            raise WorkbenchError(
+                "WB_BUDGET_CURRENCY",
+                f"{what} is priced in {currency}, but the cost budget of run {self.name!r} counts "
+                f"{self.currency}: no exact rate converts one into the other, so the call is not made",
+                f"price the run's models in {self.currency} in models.toml, give the budget the call's "
+                f"currency (Budget(currency={currency!r}, ...)) in a run of its own, or bound the run by "
+                "tokens (tokens_per_run)",
+            )
         if budget.tokens_in is not None and input_tokens > budget.tokens_in:
             raise WorkbenchError(
                 "WB_BUDGET_EXCEEDED",
@@ -130,23 +167,25 @@ class Ledger:
                 "or lower max_tokens (the worst case is the estimated input plus max_tokens)",
             )
 
-    def settle(self, reserved_tokens: int, reserved_micros: int, tokens: int, micros: int) -> None:
+    def settle(self, reserved_tokens: int, reserved_micros: int, tokens: int, micros: int, currency: str = "USD") -> None:
         with self._lock:
             self.reserved_tokens -= reserved_tokens
             self.reserved_micros -= reserved_micros
             self.spent_tokens += tokens
-            self.spent_micros += micros
+            if micros:
+                self.spent_costs[currency] = self.spent_costs.get(currency, 0) + micros
 
 
 _ledgers: ContextVar[tuple[Ledger, ...]] = ContextVar("workbench_ledgers", default=())
 
 
 @contextlib.contextmanager
-def budget_scope(budget: Budget | None, name: str = "budget", spent: tuple[int, int] = (0, 0)) -> Iterator[Ledger]:
+def budget_scope(budget: Budget | None, name: str = "budget",
+                 spent: tuple[int, dict[str, int]] = (0, {})) -> Iterator[Ledger]:
     """Spend inside the block against `budget` (and against every scope around it). `spent`
-    (tokens, micros) is what the run already spent before (a resumed or continued run)."""
+    (tokens, money per currency) is what the run already spent before (a resumed or continued run)."""
     ledger = Ledger(budget, name)
-    ledger.spent_tokens, ledger.spent_micros = spent
+    ledger.restore(*spent)
     token = _ledgers.set((*_ledgers.get(), ledger))
     try:
         yield ledger
@@ -159,13 +198,14 @@ class Reservation:
     ledgers: tuple[Ledger, ...]
     tokens: int
     micros: int
+    currency: str = "USD"  # the call's, which its cost is priced in
     done: bool = False
 
     def settle(self, tokens: int, micros: int) -> None:
         if not self.done:
             self.done = True
             for ledger in self.ledgers:
-                ledger.settle(self.tokens, self.micros, tokens, micros)
+                ledger.settle(self.tokens, self.micros, tokens, micros, self.currency)
 
     def release(self) -> None:
         self.settle(0, 0)
@@ -188,4 +228,4 @@ def reserve(tokens: int, micros: int, what: str, extra: Budget | None = None, in
         for ledger in taken:
             ledger.settle(tokens, micros, 0, 0)
         raise
-    return Reservation(tuple(taken), tokens, micros)
+    return Reservation(tuple(taken), tokens, micros, currency)

@@ -146,7 +146,7 @@ class Loop:
     def state(self, final: AssistantMessage | None = None, failed: bool = False) -> RunState:
         conversation = self.conversation
         turns = conversation.turns[: self.request_turns] if failed else conversation.turns
-        spent = (self.ledger.spent_tokens, self.ledger.spent_micros) if self.ledger is not None else (0, 0)
+        spent = self.ledger.spent() if self.ledger is not None else (0, {})
         return RunState(
             agent=self.agent.name, prompt=prompt_tags(self.agent.prompt) or {}, model=self.model,
             tools=self.picks.offered_names(self.agent.output is not None), system_dynamic=self.system_dynamic,

@@ -53,7 +53,8 @@ class RunState:
     final: AssistantMessage | None = None  # the answer, once the run has one
     turn: int = 0  # turns used, every earlier run of the conversation included
     billed: Billed = field(default_factory=Billed)  # what every earlier run of it was billed
-    spent: tuple[int, int] = (0, 0)  # (tokens, micros) charged to its budget ledger
+    # (tokens, money per currency) charged to its budget ledger
+    spent: tuple[int, dict[str, int]] = field(default_factory=lambda: (0, {}))
     compactions: int = 0
     compaction_wait: bool = False  # a summary failed: the next attempt waits until the request no longer fits
     ratio: float = 1.0  # reported input / raw estimate, from the last turn
@@ -69,7 +70,7 @@ class RunState:
             "summarised": conversation.summarised,
             "turns": [[_message(assistant), _message(follow)] for assistant, follow in conversation.turns],
             "final": _message(self.final) if self.final is not None else None,
-            "turn": self.turn, "billed": self.billed.model_dump(), "spent": list(self.spent),
+            "turn": self.turn, "billed": self.billed.model_dump(), "spent": [self.spent[0], dict(self.spent[1])],
             "compactions": self.compactions, "compaction_wait": self.compaction_wait, "ratio": self.ratio,
             "signatures": [list(map(list, signature)) for signature in self.signatures],
         }
@@ -91,11 +92,12 @@ class RunState:
                 raise ValueError("the final answer is not an assistant message")
             conversation = Conversation(tuple(_unpart(part) for part in data["task"]), data["summary"],
                                         int(data["summarised"]), turns)
+            billed = Billed(**data["billed"])
             return cls(
                 agent=str(data["agent"]), prompt=dict(data["prompt"]), model=str(data["model"]),
                 tools=[str(name) for name in data["tools"]], system_dynamic=str(data["system_dynamic"]),
-                conversation=conversation, final=final, turn=int(data["turn"]), billed=Billed(**data["billed"]),
-                spent=(int(data["spent"][0]), int(data["spent"][1])), compactions=int(data["compactions"]),
+                conversation=conversation, final=final, turn=int(data["turn"]), billed=billed,
+                spent=_spent(data["spent"], billed), compactions=int(data["compactions"]),
                 compaction_wait=bool(data["compaction_wait"]), ratio=float(data["ratio"]),
                 signatures=[tuple(tuple(item) for item in signature) for signature in data.get("signatures", [])],
             )
@@ -118,6 +120,15 @@ class RunState:
 
 
 # -- messages as JSON
+def _spent(value: Any, billed: Billed) -> tuple[int, dict[str, int]]:
+    """A state's `spent`: tokens, and money per currency. A state written before spends named their
+    currency holds one figure: in the bill's main currency, the one a cost limit counted it in."""
+    tokens, money = value
+    if isinstance(money, dict):
+        return int(tokens), {str(currency): int(micros) for currency, micros in money.items()}
+    return int(tokens), ({billed.currency: int(money)} if int(money) else {})
+
+
 def _part(part: Part) -> Any:
     if isinstance(part, str):
         return part

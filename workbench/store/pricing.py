@@ -2,7 +2,8 @@
 not load the price library for calls no run waits for, and its ingester prices them here, before
 insight reads the batch, as the recorder would have: the library's price in force when the call
 started (`ModelRegistry.sheet_for` with no project row: the recorder found none), the call's model
-row, and its span's `workbench.cost_micros`, placed where the recorder places it."""
+row, and its span's `workbench.cost_micros` with its `workbench.currency`, placed where the recorder
+places them."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ log = logging.getLogger("workbench.store")
 
 # a span's cost attribute, which the recorder leaves to the ingester as `AT_INGESTION`, and its call's id
 # (`workbench.capture.semconv.COST_MICROS`, `CALL_ID`)
-_COST, _CALL_ID = "workbench.cost_micros", "workbench.call_id"
+_COST, _CURRENCY, _CALL_ID = "workbench.cost_micros", "workbench.currency", "workbench.call_id"
 _lookups_read: set[Path] = set()
 
 
@@ -43,7 +44,7 @@ def priced_at_ingestion(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.Dat
     if not pending and not marked_spans:
         return frames
     frames = dict(frames)
-    costs: dict[str, int] = {}
+    costs: dict[str, tuple] = {}  # call_id: (cost_micros, currency)
     if pending:
         try:
             frames["call"], models, costs = _priced_calls(calls, work_dir)
@@ -61,7 +62,7 @@ def priced_at_ingestion(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.Dat
     return frames
 
 
-def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFrame, list[dict], dict[str, int]]:
+def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFrame, list[dict], dict[str, tuple]]:
     if work_dir is not None and work_dir not in _lookups_read:
         _lookups_read.add(work_dir)
         use_lookups(work_dir)
@@ -82,7 +83,7 @@ def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFr
         usage = Usage(**{name: row[name] or 0 for name in Usage.model_fields})
         priced = price_with(sheet, usage)
         rows.append((row["call_id"], priced.cost_micros, priced.currency, priced.price_source))
-        costs[row["call_id"]] = priced.cost_micros
+        costs[row["call_id"]] = (priced.cost_micros, priced.currency)
         if priced.price_source not in seen:
             seen.add(priced.price_source)
             models.append({"price_source": priced.price_source, "id": sheet.id, "provider": sheet.provider,
@@ -93,28 +94,40 @@ def _priced_calls(calls: pl.DataFrame, work_dir: Path | None) -> tuple[pl.DataFr
 
 
 def _spans_with_costs(con: duckdb.DuckDBPyConnection, spans: pl.DataFrame, rows: list[int],
-                      costs: dict[str, int]) -> pl.DataFrame:
+                      costs: dict[str, tuple]) -> pl.DataFrame:
     """The spans at `rows` (their attribute texts hold `AT_INGESTION`) with the cost attribute left
-    to the ingester given their call's cost in its place, or dropped when the call stays unpriced.
-    Their call precedes them in the spool: in this batch, or stored. The attributes are the
-    recorder's orjson text: read and written again by orjson, the others stay as they were."""
+    to the ingester given their call's cost and, after it, its currency in its place, or dropped
+    when the call stays unpriced. Their call precedes them in the spool: in this batch, or stored.
+    The attributes are the recorder's orjson text: read and written again by orjson, the others
+    stay as they were."""
     texts = spans["attributes"]
     left = {row: attributes for row in rows if (attributes := _attributes(texts[row])).get(_COST) == AT_INGESTION}
     earlier = [attributes.get(_CALL_ID) for attributes in left.values() if attributes.get(_CALL_ID) not in costs]
     if earlier:
-        costs = {**costs, **dict(con.execute(
-            "SELECT call_id, cost_micros FROM calls WHERE call_id IN (SELECT unnest($ids)) AND cost_micros IS NOT NULL",
-            {"ids": earlier}).fetchall())}
-    for attributes in left.values():
-        if attributes.get(_CALL_ID) in costs:
-            attributes[_COST] = costs[attributes[_CALL_ID]]  # in its place: a dict keeps its keys' order
-        else:
-            del attributes[_COST]
+        costs = {**costs, **{call_id: (micros, currency) for call_id, micros, currency in con.execute(
+            "SELECT call_id, cost_micros, currency FROM calls WHERE call_id IN (SELECT unnest($ids))"
+            " AND cost_micros IS NOT NULL", {"ids": earlier}).fetchall()}}
     if not left:
         return spans
     patched = texts.clone()
-    patched.scatter(list(left), [orjson.dumps(attributes).decode() for attributes in left.values()])
+    patched.scatter(list(left), [orjson.dumps(_with_cost(attributes, costs.get(attributes.get(_CALL_ID)))).decode()
+                                 for attributes in left.values()])
     return spans.with_columns(patched)
+
+
+def _with_cost(attributes: dict, cost: tuple | None) -> dict:
+    """The attributes with the left cost replaced in its place by the call's cost and currency (the
+    recorder's order), or without it when the call stays unpriced."""
+    if cost is None:
+        return {key: value for key, value in attributes.items() if key != _COST}
+    micros, currency = cost
+    placed: dict = {}
+    for key, value in attributes.items():
+        if key == _COST:
+            placed[_COST], placed[_CURRENCY] = micros, currency or "USD"
+        else:
+            placed[key] = value
+    return placed
 
 
 def _attributes(text: str) -> dict:
