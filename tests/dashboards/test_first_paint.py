@@ -121,6 +121,7 @@ def test_the_run_explorer_without_a_run_shows_the_latest_in_one_run_of_the_page(
     at.switch_page("run_explorer.py").run()
     assert not at.exception and not at.error
     assert sent.count("date_input") == 1, sent  # the sidebar drawn once: the page was not rerun
+    assert sent.count("read") == 1, sent  # the runs listed and the latest's read together
     assert at.query_params["run_id"] in ([at.selectbox[0].value], at.selectbox[0].value)
     assert {m.label for m in at.metric} >= {"Status", "Billed"}
 
