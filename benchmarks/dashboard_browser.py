@@ -43,7 +43,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 TRIVIAL = 'import streamlit as st\nst.title("Trivial")\nst.metric("Calls", "1,234")\n'
 STREAMLIT_FLAGS = ["--server.headless", "true", "--browser.gatherUsageStats", "false",
                    "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer",
-                   "--global.developmentMode", "false"]
+                   "--global.developmentMode", "false", "--runner.magicEnabled", "false"]
 NUMBERS = """() => Array.from(document.querySelectorAll('[data-testid="stMetricValue"]'))
     .some(e => /[0-9]/.test(e.innerText))"""
 PAGES = "overview,prompt_cache,compaction,failures,evals,run_explorer"
