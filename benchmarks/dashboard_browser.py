@@ -43,7 +43,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 TRIVIAL = 'import streamlit as st\nst.title("Trivial")\nst.metric("Calls", "1,234")\n'
 STREAMLIT_FLAGS = ["--server.headless", "true", "--browser.gatherUsageStats", "false",
                    "--server.fileWatcherType", "none", "--client.toolbarMode", "viewer",
-                   "--global.developmentMode", "false"]
+                   "--global.developmentMode", "false", "--runner.magicEnabled", "false"]
 NUMBERS = """() => Array.from(document.querySelectorAll('[data-testid="stMetricValue"]'))
     .some(e => /[0-9]/.test(e.innerText))"""
 PAGES = "overview,prompt_cache,compaction,failures,evals,run_explorer"
@@ -253,11 +253,14 @@ def main() -> None:
                         env.update(WORKBENCH_DB=str(args.db.resolve()), BENCH_TREE=str(tree))
                         script, target = str(tree / "dashboards" / "_server.py"), ["run", str(tree / "dashboards" / "app.py")]
                         url = f"http://127.0.0.1:{port}/" + ("" if path == "overview" else path)
-                    profiles = folder / f"profile-{port}"
+                    # named per sample, not per port: a port is handed out again, and a figure's CPU file
+                    # left by an earlier sample would be read as this one's
+                    sample_no = sum(map(len, results.values()))
+                    profiles = folder / f"profile-{sample_no}"
                     if args.profile:
                         profiles.mkdir()
                         env["BENCH_PROFILE_DIR"] = str(profiles)
-                    numbers_cpu = folder / f"numbers-{port}"
+                    numbers_cpu = folder / f"numbers-{sample_no}"
                     env["BENCH_NUMBERS_CPU"] = str(numbers_cpu)
                     command = [sys.executable, str(folder / "launch.py"), script, *target, "--server.port", str(port),
                                *STREAMLIT_FLAGS]

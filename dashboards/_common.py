@@ -176,6 +176,27 @@ def load_page(page: str, filters: q.Filters, **extra) -> dict[str, pl.DataFrame]
                          db)
 
 
+# (db, state, filters) -> the run the explorer showed when opened without one (the latest listed)
+_LATEST: dict[tuple, str] = {}
+
+
+def load_explorer(filters: q.Filters, run_id: str | None) -> dict[str, pl.DataFrame]:
+    """The run explorer's read: `run_id`'s run, or without one the latest listed, in the one read that
+    lists the runs. The URL then names that run, so a later run of the page asking for it (a refresh)
+    of the same store and filters is given that same cached read, not a read of its own."""
+    db, spool = store_paths()
+    state = store_state(db, spool)
+    key = (db, state, filters)
+    if run_id and _LATEST.get(key) == run_id:
+        run_id = None
+    data = _unless_empty(_guard(lambda: _page("run_explorer", db, state, filters, (("run_id", run_id),))), db)
+    if not run_id and data["choices"].height:
+        while len(_LATEST) >= _RUN_SETS_KEPT:
+            _LATEST.pop(next(iter(_LATEST)), None)
+        _LATEST[key] = data["choices"]["run_id"][0]
+    return data
+
+
 def load(name: str, *args) -> pl.DataFrame:
     """One named query of `workbench.store.queries` that takes (con, *args)."""
     db, spool = store_paths()

@@ -20,12 +20,10 @@ filters = ui.page_header("Run explorer", "One run: what was said, what each call
 wanted = st.query_params.get("run_id")
 picker = st.container()  # the run picker, above the figures
 cols = ui.Tiles(5)  # drawn before the read: see Tiles
-data = ui.load_page("run_explorer", filters, run_id=wanted)
+data = ui.load_explorer(filters, wanted)  # without a run: the latest, in the same read
 choices = data["choices"]
-if not wanted and choices.height:  # no run asked for: the latest, read now rather than in a rerun of the page
+if not wanted and choices.height:
     wanted = st.query_params["run_id"] = choices["run_id"][0]
-    data = ui.load_page("run_explorer", filters, run_id=wanted)
-    choices = data["choices"]
 
 
 def label(row: dict) -> str:

@@ -117,10 +117,13 @@ def test_a_filter_changed_in_the_sidebar_applies_and_goes_into_the_url(dashboard
 
 def test_the_run_explorer_without_a_run_shows_the_latest_in_one_run_of_the_page(dashboard_db, monkeypatch, sent):
     at = render(dashboard_db, monkeypatch)
+    st.cache_data.clear()  # the page reads the store, as on a fresh server
     sent.clear()
     at.switch_page("run_explorer.py").run()
     assert not at.exception and not at.error
     assert sent.count("date_input") == 1, sent  # the sidebar drawn once: the page was not rerun
+    # the runs listed and the latest run read together (the sidebar's options are read after the figures)
+    assert sent[:sent.index("figure")].count("read") == 1, sent
     assert at.query_params["run_id"] in ([at.selectbox[0].value], at.selectbox[0].value)
     assert {m.label for m in at.metric} >= {"Status", "Billed"}
 

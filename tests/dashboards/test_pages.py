@@ -286,3 +286,29 @@ def test_evals_shows_the_matrix_and_a_case_side_by_side(dashboard_db, monkeypatc
     assert "same as the reference" in texts  # beta's first answer to grace is the reference's
     captions = " ".join(caption.value for caption in at.caption)
     assert "score 1.00" in captions and "score 0.00" in captions and "score 0.50 ±0.71" in captions
+
+
+def test_the_dashboard_runs_without_magic_and_no_page_needs_it(monkeypatch):
+    """`workbench dashboard` turns Streamlit's magic off (a script's bare expressions written to the
+    page), so a page that relied on it would silently show less: none does."""
+    import ast
+    import os
+
+    from streamlit.runtime.scriptrunner import magic
+
+    from workbench.cli.project import dashboard
+
+    class Served(Exception):
+        pass
+
+    def serve(path, command, env):
+        raise Served(command)
+
+    monkeypatch.setattr(os, "execve", serve)
+    with pytest.raises(Served) as served:
+        dashboard(db=None, port=8501, host="127.0.0.1", open_browser=False)
+    flags = served.value.args[0]
+    assert flags[flags.index("--runner.magicEnabled") + 1] == "false"
+    for script in Path(APP).parent.glob("*.py"):
+        rewritten = ast.dump(magic.add_magic(script.read_text(encoding="utf-8"), str(script)))
+        assert "transparent_write" not in rewritten, f"{script.name} writes a bare expression to the page"

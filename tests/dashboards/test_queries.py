@@ -237,6 +237,14 @@ def test_run_explorer(dashboard_db):
     assert missing.is_empty()
 
 
+def test_run_explorer_without_a_run_reads_the_latest_listed(dashboard_db):
+    data = read(dashboard_db, lambda con: q.explorer_page(con, q.Filters()))
+    latest = data["choices"]["run_id"][0]
+    assert [r["run_id"] for r in data["tree"].iter_rows(named=True) if r["depth"] == 0] == [latest]
+    assert {"calls", "spans", "resume", "turns"} <= set(data)
+    assert "tree" not in read(dashboard_db, lambda con: q.explorer_page(con, q.Filters(run_names=("no-such",))))
+
+
 def test_run_spans_are_those_of_its_trace_and_of_the_runs_inside_it(tmp_path):
     from workbench.store.db import open_store
     from workbench.store.ingest import write_rows

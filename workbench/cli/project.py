@@ -67,6 +67,8 @@ def dashboard(
                "--server.port", str(port), "--server.headless", str(not open_browser).lower(),
                "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
                "--client.toolbarMode", "viewer",
+               # no page writes a bare expression: its script need not be rewritten for "magic" on its first run
+               "--runner.magicEnabled", "false",
                # streamlit guesses "development mode" (which refuses --server.port) when it is not
                # installed under a site-packages folder (a zipapp, a vendored or linked copy)
                "--global.developmentMode", "false"]

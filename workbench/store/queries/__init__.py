@@ -121,8 +121,12 @@ def evals_page(con: duckdb.DuckDBPyConnection, f: Filters) -> dict[str, pl.DataF
 
 
 def explorer_page(con: duckdb.DuckDBPyConnection, f: Filters, run_id: str | None = None) -> dict[str, pl.DataFrame]:
+    """The runs to pick from and one run: `run_id`, or without one the latest listed (in the same read:
+    a page opened without a run reads the store once)."""
     with scope(con, f):
         out = {"choices": run_choices(con, f)}
+    if not run_id and out["choices"].height:
+        run_id = out["choices"]["run_id"][0]
     if run_id:
         out.update(tree=run_tree(con, run_id), calls=run_calls(con, run_id), spans=run_spans(con, run_id),
                    compactions=run_compactions(con, run_id), resume=resume_savings(con, run_id))
