@@ -87,7 +87,7 @@ def recall(state: Lineage, lineage: str, calls: list[Judged], history) -> None:
         return
     prefixes, blocks, hashes = set(), set(), set()
     for call in calls:
-        call_prefixes, call_blocks = compared_keys(call)
+        call_prefixes, call_blocks = compared_keys(call, state.entries)
         for index, key in enumerate(call_prefixes):
             if key not in state.by_prefix:
                 prefixes.add(key)

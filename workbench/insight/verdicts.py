@@ -260,12 +260,17 @@ def _own_verdict(call: Judged) -> str | None:
     return None
 
 
-def compared_keys(call: Judged) -> tuple[list[int], list[tuple[int, int]]]:
+def compared_keys(call: Judged, entries: dict[int, CacheEntry]) -> tuple[list[int], list[tuple[int, int]]]:
     """The prefixes and regions whose latest call a call of the batch may be compared with (a
-    prefix_changed's candidates, besides its lead shape's); none when its verdict is its own."""
+    prefix_changed's candidates, besides its lead shape's), judged after `entries`: none when its
+    verdict is its own, or an entry for its prefix makes it unexplained or expired (the batch's
+    calls renew entries or add them, never remove one)."""
     if not (call.judge and call.settled and call.fp.blocks) or _own_verdict(call) is not None:
         return [], []
-    return _looked_up(call, call.depth)
+    prefixes, blocks = _looked_up(call, call.depth)
+    if any(key in entries for key in prefixes):
+        return [], []
+    return prefixes, blocks
 
 
 def _looked_up(call: Judged, depth: int) -> tuple[list[int], list[tuple[int, int]]]:
