@@ -90,7 +90,7 @@ def _derived(db: Path) -> dict[str, list[tuple]]:
         }.items()}
 
 
-def _ingest(folder: Path, calls: list[list], batch: int) -> dict[str, list[tuple]]:
+def _ingest(folder: Path, calls: list[list], batch: int, after_batch=lambda: None) -> dict[str, list[tuple]]:
     db, spool_dir = folder / "wb.duckdb", folder / "spool"
     spool = Spool(db, spool_dir, flush_interval_s=3600)
     for start in range(0, len(calls), batch):
@@ -99,6 +99,7 @@ def _ingest(folder: Path, calls: list[list], batch: int) -> dict[str, list[tuple
                 spool.append(kind, row)
         spool.flush(ingest=False)
         ingest_spools(db, spool_dir)
+        after_batch()
     return _derived(db)
 
 
@@ -177,18 +178,11 @@ def test_a_long_stream_of_runs_holds_a_bounded_state_and_a_run_let_go_is_read_ba
     assert [row[-5:-3] for row in whole["compactions"]] == [(calls[3][1][1]["call_id"], calls[-1][1][1]["call_id"])]
     assert {verdict for _, verdict, *_ in whole["verdicts"]} == {"cold", "hit"}
 
-    db, spool_dir = tmp_path / "stream" / "wb.duckdb", tmp_path / "stream" / "spool"
-    spool = Spool(db, spool_dir, flush_interval_s=3600)
     held = []
-    for start in range(0, len(calls), 50):
-        for records in calls[start:start + 50]:
-            for kind, row in records:
-                spool.append(kind, row)
-        spool.flush(ingest=False)
-        ingest_spools(db, spool_dir)
-        held.append(max(sum(len(run) for run in state.runs.values()) for state in carried._held.values()))
+    stream = _ingest(tmp_path / "stream", calls, 50, lambda: held.append(
+        max(sum(len(run) for run in state.runs.values()) for state in carried._held.values())))
     assert max(held) <= 300 < len(calls)  # calls of runs held between batches (every run's, 605, before)
-    assert _derived(db) == whole
+    assert stream == whole
 
 
 def test_distinct_prompts_hold_a_bounded_state_and_a_prefix_let_go_is_read_back(tmp_path, monkeypatch):
@@ -208,17 +202,10 @@ def test_distinct_prompts_hold_a_bounded_state_and_a_prefix_let_go_is_read_back(
     changed = next(row for row in whole["verdicts"] if row[0] == calls[-1][1][1]["call_id"])
     assert changed[1:3] + changed[4:5] == ("prefix_changed", "system block 0", calls[3][1][1]["call_id"])
 
-    db, spool_dir = tmp_path / "stream" / "wb.duckdb", tmp_path / "stream" / "spool"
-    spool = Spool(db, spool_dir, flush_interval_s=3600)
     held = []
     carried._held.clear()  # the states of the one-batch ingest above
-    for start in range(0, len(calls), 10):
-        for records in calls[start:start + 10]:
-            for kind, row in records:
-                spool.append(kind, row)
-        spool.flush(ingest=False)
-        ingest_spools(db, spool_dir)
-        held.append(max(len({id(call) for call in (*state.by_prefix.values(), *state.by_block.values())})
-                        for state in carried._held.values()))
+    stream = _ingest(tmp_path / "stream", calls, 10, lambda: held.append(
+        max(len({id(call) for call in (*state.by_prefix.values(), *state.by_block.values())})
+            for state in carried._held.values())))
     assert max(held) <= 40 < len(calls)  # calls held as the latest of a prefix or region (every call's before)
-    assert _derived(db) == whole
+    assert stream == whole
