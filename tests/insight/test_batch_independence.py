@@ -21,7 +21,7 @@ import duckdb
 import pytest
 
 from workbench.capture.recorder import _CALL_BODY_FIELDS
-from workbench.insight import carried, prefix
+from workbench.insight import carried, prefix, verdicts
 from workbench.store.ingest import ingest_spools
 from workbench.store.spool import Spool
 from workbench.wire import Exchange, parse_exchange
@@ -90,7 +90,7 @@ def _derived(db: Path) -> dict[str, list[tuple]]:
         }.items()}
 
 
-def _ingest(folder: Path, calls: list[list], batch: int) -> dict[str, list[tuple]]:
+def _ingest(folder: Path, calls: list[list], batch: int, after_batch=lambda: None) -> dict[str, list[tuple]]:
     db, spool_dir = folder / "wb.duckdb", folder / "spool"
     spool = Spool(db, spool_dir, flush_interval_s=3600)
     for start in range(0, len(calls), batch):
@@ -99,6 +99,7 @@ def _ingest(folder: Path, calls: list[list], batch: int) -> dict[str, list[tuple
                 spool.append(kind, row)
         spool.flush(ingest=False)
         ingest_spools(db, spool_dir)
+        after_batch()
     return _derived(db)
 
 
@@ -177,15 +178,34 @@ def test_a_long_stream_of_runs_holds_a_bounded_state_and_a_run_let_go_is_read_ba
     assert [row[-5:-3] for row in whole["compactions"]] == [(calls[3][1][1]["call_id"], calls[-1][1][1]["call_id"])]
     assert {verdict for _, verdict, *_ in whole["verdicts"]} == {"cold", "hit"}
 
-    db, spool_dir = tmp_path / "stream" / "wb.duckdb", tmp_path / "stream" / "spool"
-    spool = Spool(db, spool_dir, flush_interval_s=3600)
     held = []
-    for start in range(0, len(calls), 50):
-        for records in calls[start:start + 50]:
-            for kind, row in records:
-                spool.append(kind, row)
-        spool.flush(ingest=False)
-        ingest_spools(db, spool_dir)
-        held.append(max(sum(len(run) for run in state.runs.values()) for state in carried._held.values()))
+    stream = _ingest(tmp_path / "stream", calls, 50, lambda: held.append(
+        max(sum(len(run) for run in state.runs.values()) for state in carried._held.values())))
     assert max(held) <= 300 < len(calls)  # calls of runs held between batches (every run's, 605, before)
-    assert _derived(db) == whole
+    assert stream == whole
+
+
+def test_distinct_prompts_hold_a_bounded_state_and_a_prefix_let_go_is_read_back(tmp_path, monkeypatch):
+    """A suite of distinct prompts within one cache life: the state carried from batch to batch holds
+    the prefixes and regions of its latest calls only (CALLS_KEPT, made small here), and a call
+    compared with a call it let go (the question of a case 100 calls earlier, under another system
+    prompt: prefix_changed) finds it in the store, with the rows of one batch."""
+    monkeypatch.setattr(verdicts, "CALLS_KEPT", 40)
+    calls, at = [], START
+    for case in range(120):
+        calls.append(_call([{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Case {case}: where is it?"}],
+                           at, 1500 if case % 2 else 0, f"case-{case}"))
+        at += timedelta(milliseconds=100)
+    calls.append(_call([{"role": "system", "content": SYSTEM + " Be brief."},
+                        {"role": "user", "content": "Case 3: where is it?"}], at, 0, "changed"))
+    whole = _ingest(tmp_path / "whole", calls, len(calls))
+    changed = next(row for row in whole["verdicts"] if row[0] == calls[-1][1][1]["call_id"])
+    assert changed[1:3] + changed[4:5] == ("prefix_changed", "system block 0", calls[3][1][1]["call_id"])
+
+    held = []
+    carried._held.clear()  # the states of the one-batch ingest above
+    stream = _ingest(tmp_path / "stream", calls, 10, lambda: held.append(
+        max(len({id(call) for call in (*state.by_prefix.values(), *state.by_block.values())})
+            for state in carried._held.values())))
+    assert max(held) <= 40 < len(calls)  # calls held as the latest of a prefix or region (every call's before)
+    assert stream == whole

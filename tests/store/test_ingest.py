@@ -46,6 +46,27 @@ def test_torn_lines_are_skipped_and_dead_files_removed(tmp_path):
     assert _rows(db, "SELECT count(*) FROM spool_offsets") == [(0,)]
 
 
+def test_a_large_backlogs_rest_is_not_read_whole_to_find_a_line_end(tmp_path):
+    """After each batch the ingester asks whether the rest of a file is one torn line: it reads until
+    a line ends, not the whole rest (a 300 MB backlog file was the ingester's peak memory)."""
+    import tracemalloc
+
+    from workbench.store.ingest import _torn_tail_only
+
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(_call("c1") * (32 * 2**20 // len(_call("c1"))))  # 32 MB of whole lines
+    tracemalloc.start()
+    try:
+        assert not _torn_tail_only(path, 0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+    path.write_bytes(_call("c1") + b"x" * 300_000)  # a torn tail longer than a block
+    assert _torn_tail_only(path, len(_call("c1"))) and not _torn_tail_only(path, 0)
+    assert _torn_tail_only(path, path.stat().st_size)  # nothing after the offset
+
+
 def test_ingest_is_idempotent_and_offsets_move(tmp_path):
     db, spool_dir = tmp_path / "wb.duckdb", tmp_path / "spool"
     spool = Spool(db, spool_dir, flush_interval_s=3600)  # this process's own (live) spool file

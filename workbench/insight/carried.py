@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 import orjson
 import polars as pl
 
-from workbench.insight.verdicts import CacheEntry, Judged, Lineage, latest, order
+from workbench.insight.verdicts import CacheEntry, Judged, Lineage, compared_keys, latest, order
 from workbench.store.queries import insight as q
 
 # states this process wrote, by version; a few hundred lineages (an eval replay is one) at most
@@ -72,19 +72,40 @@ def load(con, lineages: list[str], history) -> dict[str, Lineage]:
 
 
 def recall(state: Lineage, lineage: str, calls: list[Judged], history) -> None:
-    """Read back from the store the calls the state let go of (`Lineage.prune`) of the runs these
-    calls go on: what it would hold had it kept every run. `history(lineages, since µs, runs)`: the
-    stored calls of those runs."""
-    if not state.let_go:
+    """Read back from the store what the state let go of (`Lineage.prune`) that these calls go on
+    with: the calls of their runs, and the latest call of each prefix and region they may be compared
+    with; what it would hold had it kept everything. `history(lineages, since µs, runs, blocks)`: the
+    stored calls of those runs, or with one of those region hashes."""
+    if state.let_go:
+        runs = sorted({call.run_id for call in calls if call.run_id is not None} - state.runs.keys())
+        found: dict[str, list[Judged]] = {}
+        for _, call in history([lineage], state.since, runs) if runs else ():
+            found.setdefault(call.run_id, []).append(call)
+        for run, run_calls in found.items():
+            state.runs[run] = latest(sorted(run_calls, key=order), state.since)
+    if state.horizon is None:
         return
-    runs = sorted({call.run_id for call in calls if call.run_id is not None} - state.runs.keys())
-    if not runs:
+    prefixes, blocks, hashes = set(), set(), set()
+    for call in calls:
+        call_prefixes, call_blocks = compared_keys(call, state.entries)
+        for index, key in enumerate(call_prefixes):
+            if key not in state.by_prefix:
+                prefixes.add(key)
+                hashes.add(call.fp.blocks[index])  # a call with the prefix has its last region
+        for key in call_blocks:
+            if key not in state.by_block:
+                blocks.add(key)
+                hashes.add(key[1])
+    if not hashes:
         return
-    found: dict[str, list[Judged]] = {}
-    for _, call in history([lineage], state.since, runs):
-        found.setdefault(call.run_id, []).append(call)
-    for run, run_calls in found.items():
-        state.runs[run] = latest(sorted(run_calls, key=order), state.since)
+    # no call after the horizon sent a key missing here: the latest stored call that did is the one
+    # the state would hold (none before `since`: `prune` forgot those)
+    for _, stored in sorted(history([lineage], state.since, None, sorted(hashes)), key=lambda found: order(found[1])):
+        for key in prefixes.intersection(stored.cum):
+            state.by_prefix[key] = stored
+        lead = stored.fp.lead
+        for key in blocks.intersection(enumerate(stored.fp.blocks[lead:], lead)):
+            state.by_block[key] = stored
 
 
 def saved(states: dict[str, Lineage]) -> pl.DataFrame:

@@ -101,8 +101,9 @@ def derive(con, frames: dict[str, pl.DataFrame]) -> tuple[dict[str, pl.DataFrame
     for row in batch.values():
         by_lineage[row["lineage"]].append(_judged(row, specs, minimums, judge=True))
 
-    def history(lineages: list[str], since: int, runs: list[str] | None = None) -> list[tuple[str, Judged]]:
-        rows = q.lineage_history(con, lineages, carried.micros_time(since), runs).iter_rows(named=True)
+    def history(lineages: list[str], since: int, runs: list[str] | None = None,
+                blocks: list[int] | None = None) -> list[tuple[str, Judged]]:
+        rows = q.lineage_history(con, lineages, carried.micros_time(since), runs, blocks).iter_rows(named=True)
         return [(row["lineage"], _judged(row, specs, minimums, judge=False)) for row in rows
                 if row["call_id"] not in batch]
 

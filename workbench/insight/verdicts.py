@@ -57,6 +57,10 @@ RUN_LOOKBACK = 64  # earlier calls with the same lead a compaction's first call 
 # a run, so holding them all grows with the eval; a run let go is read back from the store when a later
 # batch brings a call of it (`workbench.insight.carried.recall`)
 RUNS_KEPT = 256
+# calls whose prefixes and regions a lineage's state holds as the latest that sent them, between
+# batches: a suite of distinct prompts would hold one a case for the cache life; a key let go is read
+# back from the store when a later batch's call may be compared with it (`carried.recall`)
+CALLS_KEPT = 4096
 
 # the shortest prefix each provider caches, by model name (first match); a registry row's
 # `cache_min_tokens` wins. Anthropic documents 1024-4096 by model; OpenAI 1024.
@@ -154,6 +158,9 @@ class Lineage:
     ttl_us: int = 0  # the longest entry life among the calls replayed
     since: int | None = None  # µs: every call of a run from this clock on is in `runs`, or was let go
     let_go: bool = False  # some runs' calls were let go (`prune`): a batch's run not in `runs` may be stored
+    # the latest call whose prefixes and regions `prune` let go: a key not in `by_prefix` or `by_block`
+    # may have a stored call, at or before it
+    horizon: tuple[int, int, str] | None = None
 
     def replay(self, calls: list[Judged]) -> None:
         for call in sorted(calls, key=order):
@@ -190,9 +197,10 @@ class Lineage:
     def prune(self) -> None:
         """Forget what no later call can be judged against: calls and entries more than the longest
         life before the latest call (a prefix_changed compares within a life; an entry dead that long
-        is looked up in the store by the call that made it), and the calls of all but the RUNS_KEPT
-        runs with the latest calls (read back from the store when their run goes on). Every call kept
-        is judged no more."""
+        is looked up in the store by the call that made it), the calls of all but the RUNS_KEPT
+        runs with the latest calls (read back from the store when their run goes on), and the
+        prefixes and regions whose latest call is not among the CALLS_KEPT latest (read back when a
+        later call may be compared with them). Every call kept is judged no more."""
         if self.last is None:
             return
         since = self.last[0] - self.ttl_us
@@ -201,6 +209,12 @@ class Lineage:
         self.by_prefix = {key: call for key, call in self.by_prefix.items() if call.clock >= since}
         self.by_block = {key: call for key, call in self.by_block.items() if call.clock >= since}
         self.by_lead = {key: call for key, call in self.by_lead.items() if call.clock >= since}
+        held = {id(call): call for call in (*self.by_prefix.values(), *self.by_block.values())}
+        if len(held) > CALLS_KEPT:  # the lead shapes are few: their latest calls stay
+            cut = sorted(map(order, held.values()), reverse=True)[CALLS_KEPT]
+            self.by_prefix = {key: call for key, call in self.by_prefix.items() if order(call) > cut}
+            self.by_block = {key: call for key, call in self.by_block.items() if order(call) > cut}
+            self.horizon = cut if self.horizon is None else max(self.horizon, cut)
         runs = {}
         for run, calls in self.runs.items():
             kept = latest(calls, since)
@@ -235,22 +249,47 @@ def order(call: Judged) -> tuple[int, int, str]:
     return call.clock, call.started, call.call_id
 
 
+def _own_verdict(call: Judged) -> str | None:
+    """The verdict a call has whatever was sent before it (hit, not_requested, below_minimum), if any."""
+    if call.read > 0:
+        return HIT
+    if call.fp.explicit and call.depth == 0:
+        return NOT_REQUESTED
+    if call.write == 0 and call.est[call.depth - 1] < call.minimum:
+        return BELOW
+    return None
+
+
+def compared_keys(call: Judged, entries: dict[int, CacheEntry]) -> tuple[list[int], list[tuple[int, int]]]:
+    """The prefixes and regions whose latest call a call of the batch may be compared with (a
+    prefix_changed's candidates, besides its lead shape's), judged after `entries`: none when its
+    verdict is its own, or an entry for its prefix makes it unexplained or expired (the batch's
+    calls renew entries or add them, never remove one)."""
+    if not (call.judge and call.settled and call.fp.blocks) or _own_verdict(call) is not None:
+        return [], []
+    prefixes, blocks = _looked_up(call, call.depth)
+    if any(key in entries for key in prefixes):
+        return [], []
+    return prefixes, blocks
+
+
+def _looked_up(call: Judged, depth: int) -> tuple[list[int], list[tuple[int, int]]]:
+    return call.cum[:depth], [(index, call.fp.blocks[index]) for index in range(call.fp.lead, depth)]
+
+
 def _judge(state: Lineage, call: Judged) -> None:
     depth = call.depth
-    if call.read > 0:
-        call.verdict = HIT
+    call.verdict = _own_verdict(call)
+    if call.verdict == HIT:
         call.entry_call = _deepest(state, call, len(call.cum), alive=True)[1]
         return
-    if call.fp.explicit and depth == 0:
-        call.verdict = NOT_REQUESTED
-    elif call.write == 0 and call.est[depth - 1] < call.minimum:
-        call.verdict = BELOW
-    elif (found := _deepest(state, call, depth, alive=True)[1]) is not None:
-        call.verdict, call.entry_call = UNEXPLAINED, found
-    elif (dead := _deepest(state, call, depth, alive=False))[1] is not None:
-        call.verdict, (call.found, call.entry_call) = EXPIRED, dead
-    elif not _changed(state, call, depth):
-        call.verdict = COLD
+    if call.verdict is None:
+        if (found := _deepest(state, call, depth, alive=True)[1]) is not None:
+            call.verdict, call.entry_call = UNEXPLAINED, found
+        elif (dead := _deepest(state, call, depth, alive=False))[1] is not None:
+            call.verdict, (call.found, call.entry_call) = EXPIRED, dead
+        elif not _changed(state, call, depth):
+            call.verdict = COLD
     _price(call, depth)
 
 
@@ -296,9 +335,10 @@ def _changed(state: Lineage, call: Judged, depth: int) -> bool:
     """Find the earlier call, within the life of its entries, that this one differs from in part;
     True (and the verdict set) when there is one."""
     since = call.clock - call.fp.ttl_s * _US
+    prefixes, blocks = _looked_up(call, depth)
     candidates = {id(other): other for other in (
-        *(state.by_prefix.get(key) for key in call.cum[:depth]),
-        *(state.by_block.get((index, call.fp.blocks[index])) for index in range(call.fp.lead, depth)),
+        *(state.by_prefix.get(key) for key in prefixes),
+        *(state.by_block.get(key) for key in blocks),
         state.by_lead.get(call.fp.kinds[:call.fp.lead] + str(len(call.fp.blocks) > call.fp.lead)),
     ) if other is not None and other is not call and other.clock >= since and other.keys}
     best, best_key = None, None
@@ -341,4 +381,4 @@ def price_write(call: Judged) -> None:
         call.expires = call.clock + call.fp.ttl_s * _US
 
 
-__all__ = ["Judged", "Lineage", "VERDICTS", "expire_older", "latest", "minimum_tokens", "older_wanted", "order", "price_write"]
+__all__ = ["Judged", "Lineage", "VERDICTS", "compared_keys", "expire_older", "latest", "minimum_tokens", "older_wanted", "order", "price_write"]

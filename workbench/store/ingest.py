@@ -40,6 +40,7 @@ from workbench.store.records import TABLES
 BATCH_BYTES = 8 * 1024 * 1024
 # the longest text of a quarantined record kept
 QUARANTINE_TEXT_CAP = 65536
+_TAIL_BLOCK = 65536  # bytes read at a time looking for the end of a line
 # DuckDB's memory while it ingests (its default is most of the machine's, kept as a cache of the
 # blocks it wrote): a batch needs far less, and what does not fit spills to its temporary folder. A
 # batch DuckDB cannot do within it is done again within 4x as much, MEMORY_RAISES times (what a
@@ -173,11 +174,16 @@ def _transaction(con: duckdb.DuckDBPyConnection, frames: dict[str, pl.DataFrame]
 
 
 def _torn_tail_only(path: Path, offset: int) -> bool:
-    """Whether everything after `offset` is one unterminated line (a write cut by a crash)."""
+    """Whether everything after `offset` is one unterminated line (a write cut by a crash). Read a
+    block at a time: after every batch of a large backlog, the rest of the file was read whole (a
+    300 MB file: the ingester's peak)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
-            return b"\n" not in handle.read()
+            while block := handle.read(_TAIL_BLOCK):
+                if b"\n" in block:
+                    return False
+            return True
     except OSError:
         return False
 

@@ -16,11 +16,16 @@ from workbench.store.queries._base import (Filters, _MODEL, _Sql, _frame, _q, _r
 
 
 def lineage_history(con: duckdb.DuckDBPyConnection, lineages: list[str], since: datetime,
-                    runs: list[str] | None = None) -> pl.DataFrame:
+                    runs: list[str] | None = None, blocks: list[int] | None = None) -> pl.DataFrame:
     """The stored calls of these lineages from `since` on (the provider's clock), with their prefixes
-    and usage: the timeline a batch's calls are judged against (`runs`: only those runs' calls).
-    Times in µs since the epoch."""
+    and usage: the timeline a batch's calls are judged against (`runs`: only those runs' calls;
+    `blocks`: only calls with one of these region hashes). Times in µs since the epoch."""
+    # the calls with one of `blocks`: their regions unnested and joined with them (a list test of
+    # every stored call against all of them grew with the product)
+    sent = """WITH sent AS (SELECT call_id, unnest(blocks) AS block FROM call_prefixes
+                           WHERE list_contains($lineages, lineage) AND clock_at >= $since)"""
     return _frame(con, f"""
+        {sent if blocks is not None else ''}
         SELECT p.call_id, p.lineage, epoch_us(p.clock_at) AS clock, epoch_us(c.started_at) AS started, c.run_id,
                coalesce(c.settled, false) AS settled, c.input_tokens, c.cache_read_tokens, c.cache_write_tokens,
                c.cache_write_1h_tokens, c.output_tokens, c.cost_micros, c.price_source,
@@ -28,8 +33,11 @@ def lineage_history(con: duckdb.DuckDBPyConnection, lineages: list[str], since: 
                p.explicit, p.ttl_s, p.scope, p.keys
         FROM call_prefixes p JOIN calls c USING (call_id)
         WHERE list_contains($lineages, p.lineage) AND p.clock_at >= $since
-              {'AND list_contains($runs, c.run_id)' if runs is not None else ''}""",
-                  {"lineages": lineages, "since": since} | ({"runs": runs} if runs is not None else {}))
+              {'AND list_contains($runs, c.run_id)' if runs is not None else ''}
+              {'AND p.call_id IN (SELECT call_id FROM sent SEMI JOIN (SELECT unnest($blocks) AS block) USING (block))'
+               if blocks is not None else ''}""",
+                  {"lineages": lineages, "since": since} | ({"runs": runs} if runs is not None else {})
+                  | ({"blocks": blocks} if blocks is not None else {}))
 
 
 def older_entries(con: duckdb.DuckDBPyConnection, lineages: list[str], keys: list[int],
