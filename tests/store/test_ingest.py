@@ -515,44 +515,11 @@ def test_the_folds_statements_are_parsed_once_and_serve_every_store_of_the_proce
     assert parsed[1:] == [parsed[1]] * (len(parsed) - 1)  # after the first batch of each kind of fold, none
 
 
-def test_a_batch_sets_off_no_garbage_collection_and_leaves_it_as_it_found_it(tmp_path):
-    """A batch allocates a few objects per record and leaves almost no cycles: a collection set off
-    while it is committed frees nothing and walks every object of the process (an app's whole heap
-    when it ingests in its own process). Collections outside the batch happen as before."""
+def _collections_in_batch(tmp_path: Path, ingest) -> list[bool]:
+    """Whether each collection the ingest of 50 calls set off (one at every allocation that could
+    make a cycle) started inside a batch's commit; `ingest(db, spool)` runs it."""
     import gc
     import sys
-
-    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
-    spool.mkdir()
-    (spool / DEAD).write_bytes(b"".join(_call(f"c{index}") for index in range(50)))
-    in_batch: list[bool] = []
-
-    def collected(phase: str, info: dict) -> None:
-        if phase == "start":
-            frame = sys._getframe(1)
-            while frame is not None and frame.f_code.co_name != "_commit_batch":
-                frame = frame.f_back
-            in_batch.append(frame is not None)
-
-    thresholds = gc.get_threshold()
-    gc.callbacks.append(collected)
-    gc.set_threshold(1)  # a collection at every allocation that could make a cycle
-    try:
-        assert ingest_spools(db, spool) == 50
-    finally:
-        gc.callbacks.remove(collected)
-        gc.set_threshold(*thresholds)
-    assert in_batch and not any(in_batch)
-    assert gc.isenabled()
-    assert _rows(db, "SELECT count(*) FROM calls") == [(50,)]
-
-
-def test_a_batch_on_an_apps_thread_leaves_the_apps_collector_alone(tmp_path):
-    """A spool's flush thread ingests inside the app: the collector stays the app's (its own threads
-    run on and may switch it meanwhile), so collections go on during the batch as they would."""
-    import gc
-    import sys
-    import threading
 
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     spool.mkdir()
@@ -570,12 +537,31 @@ def test_a_batch_on_an_apps_thread_leaves_the_apps_collector_alone(tmp_path):
     gc.callbacks.append(collected)
     gc.set_threshold(1)
     try:
-        worker = threading.Thread(target=ingest_spools, args=(db, spool))
-        worker.start()
-        worker.join()
+        ingest(db, spool)
     finally:
         gc.callbacks.remove(collected)
         gc.set_threshold(*thresholds)
-    assert any(in_batch)
     assert gc.isenabled()
     assert _rows(db, "SELECT count(*) FROM calls") == [(50,)]
+    return in_batch
+
+
+def test_a_batch_sets_off_no_garbage_collection_and_leaves_it_as_it_found_it(tmp_path):
+    """A batch allocates a few objects per record and leaves almost no cycles: a collection set off
+    while it is committed frees nothing and walks every object of the process. Collections outside
+    the batch happen as before."""
+    in_batch = _collections_in_batch(tmp_path, ingest_spools)
+    assert in_batch and not any(in_batch)
+
+
+def test_a_batch_on_an_apps_thread_leaves_the_apps_collector_alone(tmp_path):
+    """A spool's flush thread ingests inside the app: the collector stays the app's (its own threads
+    run on and may switch it meanwhile), so collections go on during the batch as they would."""
+    import threading
+
+    def on_a_thread(db: Path, spool: Path) -> None:
+        worker = threading.Thread(target=ingest_spools, args=(db, spool))
+        worker.start()
+        worker.join()
+
+    assert any(_collections_in_batch(tmp_path, on_a_thread))
