@@ -197,10 +197,10 @@ def run_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
 def top_run_names(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
     """Top-level runs grouped by name and currency, by billed cost (a bill covers the runs inside it)."""
     return unknown_when_unpriced(_q(con, f, f"""
-        , top AS (SELECT * FROM fr WHERE parent_run_id IS NULL), bills AS ({bills("top")})
-        SELECT r.name, r.currency, count(*) FILTER (WHERE r.main) AS runs,
-               count(*) FILTER (WHERE r.main AND r.status = 'failed') AS failed, {_BILL_MONEY}
-        FROM bills r GROUP BY r.name, r.currency
+        , sums AS ({bill_sums("fr", "r.parent_run_id IS NULL", "r.name, r.status = 'failed' AS failed", _MONEY_PARTS)})
+        SELECT r.name, r.currency, sum(r.runs)::BIGINT AS runs,
+               coalesce(sum(r.runs) FILTER (WHERE r.failed), 0)::BIGINT AS failed, {_BILL_MONEY}
+        FROM sums r GROUP BY r.name, r.currency
         ORDER BY cost_micros DESC, runs DESC, r.name, r.currency LIMIT $limit""", {"limit": limit}))
 
 
@@ -218,6 +218,24 @@ def top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.
 # -- Failures ------------------------------------------------------------------------------------
 
 
+# each sum of a bill (`bills`' rows) over runs `r`: from the run's columns for its main currency, and
+# from an entry `e` of its `billed_other_currencies` for another (null: nothing in that currency)
+_OTHERS = "coalesce(list_sum(CAST(json_extract(r.billed_other_currencies, '$.*.{}') AS BIGINT[])), 0)"
+_BILL_PARTS = {
+    "runs": ("count(*)", None),
+    **{name: (f"sum(r.billed_{name})", None)
+       for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "unsettled")},
+    **{name: (f"sum(CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_{name} "
+              f"ELSE r.billed_{name} - {_OTHERS.format(name)} END)", f"sum((e.value->>'{name}')::INTEGER)")
+       for name in ("calls", "replayed_calls")},
+    **{name: (f"sum(r.billed_{name})", f"sum((e.value->>'{name}')::BIGINT)")
+       for name in ("cost_micros", "replayed_cost_micros")},
+    **{name: (f"sum(r.billed_{name})", None) for name in ("unpriced_calls", "replayed_unpriced_calls")},
+}
+_MONEY_PARTS = ("runs", "calls", "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros",
+                "replayed_unpriced_calls")
+
+
 def bills(runs: str) -> str:
     """The bills of `runs` (a relation of `runs` rows) as a row per run and currency (`Billed`), each
     with its run's columns: the row of its main currency carries the run's usage, unsettled and
@@ -225,7 +243,7 @@ def bills(runs: str) -> str:
     in it, so the rows of a run sum to its bill and a sum over them, grouped by currency, never adds
     two currencies. (The run's columns ride along: joining the rows back to the runs cost more than
     the sums themselves. `runs` is read twice: a few picked runs are best MATERIALIZED first.)"""
-    others = "coalesce(list_sum(CAST(json_extract(r.billed_other_currencies, '$.*.{}') AS BIGINT[])), 0)::BIGINT"
+    others = _OTHERS + "::BIGINT"
     return f"""
         SELECT r.*, coalesce(r.billed_currency, 'USD') AS currency, true AS main,
                r.billed_input_tokens AS input_tokens, r.billed_cache_read_tokens AS cache_read_tokens,
@@ -243,6 +261,29 @@ def bills(runs: str) -> str:
         SELECT r.*, e.key, false, 0, 0, 0, 0, 0, (e.value->>'calls')::INTEGER, (e.value->>'cost_micros')::BIGINT, 0,
                (e.value->>'replayed_calls')::INTEGER, (e.value->>'replayed_cost_micros')::BIGINT, 0
         FROM {runs} r, json_each(r.billed_other_currencies) e WHERE r.billed_other_currencies IS NOT NULL"""
+
+
+def bill_sums(runs: str, where: str = "true", keys: str = "", names: tuple[str, ...] = tuple(_BILL_PARTS)) -> str:
+    """The bills of the runs of `runs` (a relation of `runs` rows) that `where` selects, summed per
+    `keys` (select-list items over `r`, if any) and currency: the sums `names` of `bills`' rows
+    grouped so, `runs` counting the runs whose main currency it is. One read of the runs' own
+    columns; the other currencies' money (null for nearly every run) is unnested from the few
+    groups' lists of it. (`bills` carries every run's columns through a union and reads `runs`
+    twice: at 1,000,000 runs, more than the sums.)"""
+    lead = f"{keys}, " if keys else ""
+    main = ", ".join(f"{_BILL_PARTS[name][0]} AS {name}" for name in names)
+    other = ", ".join(_BILL_PARTS[name][1] or "0" for name in names)
+    return f"""
+        WITH main AS (
+            SELECT {lead}r.billed_currency AS currency, {main},
+                   list(r.billed_other_currencies) FILTER (WHERE r.billed_other_currencies IS NOT NULL) AS others
+            FROM {runs} r WHERE {where} GROUP BY ALL)
+        -- a bill written before currencies were named (null) is in dollars; named after the sums (a
+        -- sixth of their cost named per run), so a currency can have two rows here
+        SELECT * EXCLUDE (others) REPLACE (coalesce(currency, 'USD') AS currency) FROM main
+        UNION ALL
+        SELECT m.* EXCLUDE (currency, others, {", ".join(names)}), e.key, {other}
+        FROM main m, unnest(m.others) o(bill), json_each(o.bill) e GROUP BY ALL"""
 
 
 # a bill's money, from its rows `r` (`bills`): live calls paid, and replayed calls with what they would
@@ -284,11 +325,15 @@ def failure_totals(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False
     row per currency, most runs first. The counts are on each run's main currency's row (`bills`), so
     they sum over the rows; the money never adds two currencies."""
     frame = _q(con, f, f"""
-        , top AS (SELECT * FROM fr WHERE parent_run_id IS NULL), bills AS ({bills("top")})
-        SELECT r.currency, count(*) FILTER (WHERE r.main AND r.status = 'failed') AS failed_runs,
-               {_bill_sums("r.status = 'failed'")},
-               count(*) FILTER (WHERE r.main) AS runs, coalesce(sum(r.cost_micros), 0)::BIGINT AS total_cost_micros
-        FROM bills r GROUP BY r.currency""")
+        , failed AS (SELECT r.currency, sum(r.runs)::BIGINT AS failed_runs, {_bill_sums()}
+                     FROM ({bill_sums("fr", "r.parent_run_id IS NULL AND r.status = 'failed'")}) r GROUP BY r.currency),
+          spent AS (SELECT r.currency, sum(r.runs)::BIGINT AS runs, coalesce(sum(r.cost_micros), 0)::BIGINT AS total
+                    FROM ({bill_sums("fr", "r.parent_run_id IS NULL", names=("runs", "cost_micros"))}) r
+                    GROUP BY r.currency)
+        -- the failed runs' sums read apart from every run's count and money: their other columns read
+        -- for the failed runs only
+        SELECT s.currency, f.* EXCLUDE (currency), s.runs, s.total AS total_cost_micros
+        FROM spent s LEFT JOIN failed f USING (currency)""")
     outside = outside_runs_spend(con, f, raw)
     frame = (frame.join(outside, on="currency", how="full", coalesce=True)
              .with_columns(pl.exclude("currency", "micros").fill_null(0))
@@ -318,8 +363,9 @@ def failures_by(con: duckdb.DuckDBPyConnection, f: Filters, by: Literal["error_c
     """Failed top-level runs and their bills, by error code or by prompt id and version, and currency."""
     # a failure with no Workbench code (an SDK's own exception) is grouped by its exception type
     keys = "coalesce(r.error_code, r.error_type) AS error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
+    names = "r.error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
     return unknown_when_unpriced(_q(con, f, f"""
-        , failed AS (SELECT * FROM fr WHERE parent_run_id IS NULL AND status = 'failed'), bills AS ({bills("failed")})
-        SELECT {keys}, r.currency, count(*) FILTER (WHERE r.main) AS runs, {_bill_sums()}
-        FROM bills r
+        , sums AS ({bill_sums("fr", "r.parent_run_id IS NULL AND r.status = 'failed'", keys)})
+        SELECT {names}, r.currency, sum(r.runs)::BIGINT AS runs, {_bill_sums()}
+        FROM sums r
         GROUP BY ALL ORDER BY cost_micros DESC, runs DESC, r.currency"""))
