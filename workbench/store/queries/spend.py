@@ -225,12 +225,15 @@ _BILL_PARTS = {
     "runs": ("count(*)", None),
     **{name: (f"sum(r.billed_{name})", None)
        for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "unsettled")},
-    **{name: (f"sum(CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_{name} "
-              f"ELSE r.billed_{name} - {_OTHERS.format(name)} END)", f"sum((e.value->>'{name}')::INTEGER)")
-       for name in ("calls", "replayed_calls")},
-    **{name: (f"sum(r.billed_{name})", f"sum((e.value->>'{name}')::BIGINT)")
-       for name in ("cost_micros", "replayed_cost_micros")},
-    **{name: (f"sum(r.billed_{name})", None) for name in ("unpriced_calls", "replayed_unpriced_calls")},
+    "calls": ("sum(CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_calls "
+              f"ELSE r.billed_calls - {_OTHERS.format('calls')} END)", "sum((e.value->>'calls')::INTEGER)"),
+    "cost_micros": ("sum(r.billed_cost_micros)", "sum((e.value->>'cost_micros')::BIGINT)"),
+    "unpriced_calls": ("sum(r.billed_unpriced_calls)", None),
+    "replayed_calls": ("sum(CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_replayed_calls "
+                       f"ELSE r.billed_replayed_calls - {_OTHERS.format('replayed_calls')} END)",
+                       "sum((e.value->>'replayed_calls')::INTEGER)"),
+    "replayed_cost_micros": ("sum(r.billed_replayed_cost_micros)", "sum((e.value->>'replayed_cost_micros')::BIGINT)"),
+    "replayed_unpriced_calls": ("sum(r.billed_replayed_unpriced_calls)", None),
 }
 _MONEY_PARTS = ("runs", "calls", "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros",
                 "replayed_unpriced_calls")
@@ -293,20 +296,11 @@ RUN_MONEY = """r.currency, r.calls, r.cost_micros, r.calls - r.unpriced_calls AS
            r.replayed_unpriced_calls"""
 
 
-def _bill_sums(where: str = "true", money_only: bool = False) -> str:
-    """Sums of bills' rows `r` (`bills`), of those `where` selects."""
-    names = ("calls", "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros",
-             "replayed_unpriced_calls")
-    if not money_only:
-        names = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "unsettled", *names)
-    sums = [f"coalesce(sum(r.{name}) FILTER (WHERE {where}), 0)::BIGINT AS {name}" for name in names]
-    sums += [f"coalesce(sum(r.calls - r.unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT AS priced_calls",
-             f"coalesce(sum(r.replayed_calls - r.replayed_unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT "
-             "AS replayed_priced_calls"]
-    return ",\n               ".join(sums)
-
-
-_BILL_MONEY = _bill_sums(money_only=True)
+# the money of bills' rows `r` (`bills`, or `bill_sums`' groups) summed
+_BILL_MONEY = ",\n               ".join(
+    [f"coalesce(sum(r.{name}), 0)::BIGINT AS {name}" for name in _MONEY_PARTS[1:]]
+    + ["coalesce(sum(r.calls - r.unpriced_calls), 0)::BIGINT AS priced_calls",
+       "coalesce(sum(r.replayed_calls - r.replayed_unpriced_calls), 0)::BIGINT AS replayed_priced_calls"])
 
 
 def outside_runs_spend(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
@@ -324,16 +318,12 @@ def failure_totals(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False
     bills of every top-level run plus the live calls made outside any run, `outside_runs_spend`): a
     row per currency, most runs first. The counts are on each run's main currency's row (`bills`), so
     they sum over the rows; the money never adds two currencies."""
-    frame = _q(con, f, f"""
-        , failed AS (SELECT r.currency, sum(r.runs)::BIGINT AS failed_runs, {_bill_sums()}
-                     FROM ({bill_sums("fr", "r.parent_run_id IS NULL AND r.status = 'failed'")}) r GROUP BY r.currency),
-          spent AS (SELECT r.currency, sum(r.runs)::BIGINT AS runs, coalesce(sum(r.cost_micros), 0)::BIGINT AS total
-                    FROM ({bill_sums("fr", "r.parent_run_id IS NULL", names=("runs", "cost_micros"))}) r
-                    GROUP BY r.currency)
-        -- the failed runs' sums read apart from every run's count and money: their other columns read
-        -- for the failed runs only
-        SELECT s.currency, f.* EXCLUDE (currency), s.runs, s.total AS total_cost_micros
-        FROM spent s LEFT JOIN failed f USING (currency)""")
+    spent = _q(con, f, f"""
+        SELECT r.currency, sum(r.runs)::BIGINT AS runs, coalesce(sum(r.cost_micros), 0)::BIGINT AS total_cost_micros
+        FROM ({bill_sums("fr", "r.parent_run_id IS NULL", names=("runs", "cost_micros"))}) r GROUP BY r.currency""")
+    failed = _regrouped(_failed_bills(con, f), ["currency"]).rename({"runs": "failed_runs"})
+    frame = spent.join(failed, on="currency", how="left").select(
+        "currency", "failed_runs", *_SUMS, "runs", "total_cost_micros")
     outside = outside_runs_spend(con, f, raw)
     frame = (frame.join(outside, on="currency", how="full", coalesce=True)
              .with_columns(pl.exclude("currency", "micros").fill_null(0))
@@ -361,11 +351,30 @@ def failed_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 1000) -
 
 def failures_by(con: duckdb.DuckDBPyConnection, f: Filters, by: Literal["error_code", "prompt"]) -> pl.DataFrame:
     """Failed top-level runs and their bills, by error code or by prompt id and version, and currency."""
-    # a failure with no Workbench code (an SDK's own exception) is grouped by its exception type
-    keys = "coalesce(r.error_code, r.error_type) AS error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
-    names = "r.error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
-    return unknown_when_unpriced(_q(con, f, f"""
-        , sums AS ({bill_sums("fr", "r.parent_run_id IS NULL AND r.status = 'failed'", keys)})
-        SELECT {names}, r.currency, sum(r.runs)::BIGINT AS runs, {_bill_sums()}
-        FROM sums r
-        GROUP BY ALL ORDER BY cost_micros DESC, runs DESC, r.currency"""))
+    keys = ["error_code"] if by == "error_code" else ["prompt_id", "prompt_version"]
+    out = _regrouped(_failed_bills(con, f), [*keys, "currency"]).select(*keys, "currency", "runs", *_SUMS)
+    return unknown_when_unpriced(out.sort(["cost_micros", "runs", "currency", *keys],
+                                          descending=[True, True] + [False] * (1 + len(keys)), nulls_last=True))
+
+
+# what `_bill_sums` gives, in its order: the bills' sums and the calls priced
+_SUMS = (*list(_BILL_PARTS)[1:], "priced_calls", "replayed_priced_calls")
+
+
+def _failed_bills(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+    """The failed top-level runs' bills summed per error code (a failure with no Workbench code, an
+    SDK's own exception: its type), prompt and currency: one read that the Failures page's totals and
+    groups regroup (`_regrouped`), once within a scope (three reads of the failed runs before)."""
+    return scoped(con, f, "failed_bills", lambda: _q(con, f, f"""
+        SELECT r.error_code, r.prompt_id, r.prompt_version, r.currency,
+               {", ".join(f"sum(r.{name})::BIGINT AS {name}" for name in _BILL_PARTS)}
+        FROM ({bill_sums("fr", "r.parent_run_id IS NULL AND r.status = 'failed'",
+                         "coalesce(r.error_code, r.error_type) AS error_code, r.prompt_id, r.prompt_version")}) r
+        GROUP BY ALL"""))
+
+
+def _regrouped(groups: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """`_failed_bills` summed per `keys`, with the calls priced (`_bill_sums`' figures)."""
+    return groups.group_by(keys).agg(pl.col(name).sum() for name in _BILL_PARTS).with_columns(
+        (pl.col("calls") - pl.col("unpriced_calls")).alias("priced_calls"),
+        (pl.col("replayed_calls") - pl.col("replayed_unpriced_calls")).alias("replayed_priced_calls"))
