@@ -254,15 +254,20 @@ def compaction_sources(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = F
     marked = """
         , marked AS (
             SELECT x.*, coalesce(x.source, 'reported') AS src
-            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred')"""
+            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred'),
+        -- their money per source and currencies, in one more read: each source's per currency from it
+          money AS (
+            SELECT src, summary_currency, recache_currency, sum(cost_micros) AS cost_micros,
+                   sum(recache_cost_micros) AS recache_cost_micros
+            FROM marked GROUP BY ALL)"""
     totals = f"""
         SELECT m.src AS source, count(*) AS compactions,
                count(*) FILTER (WHERE m.detected) AS seen_in_traffic,
                coalesce(sum(m.tokens_before - m.tokens_after), 0)::BIGINT AS tokens_removed,
                {{saved}} AS saved_tokens,
-               ({compaction_costs("marked", "cost_micros", "summary_currency", "src = m.src")}) AS summary_costs,
+               ({compaction_costs("money", "cost_micros", "summary_currency", "src = m.src")}) AS summary_costs,
                coalesce(sum(m.recache_write_tokens), 0)::BIGINT AS recache_write_tokens,
-               ({compaction_costs("marked", "recache_cost_micros", "recache_currency", "src = m.src")}) AS recache_costs
+               ({compaction_costs("money", "recache_cost_micros", "recache_currency", "src = m.src")}) AS recache_costs
         FROM marked m {{join}} GROUP BY m.src ORDER BY m.src DESC"""
     if not raw and scoped(con, f, "reach_whole", lambda: rollup.whole(con, rollup.REACH)):
         # the tokens saved summed over the compactions' rollup rows in one join (a product summed
