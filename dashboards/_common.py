@@ -426,6 +426,19 @@ def money_by_currency(frame: pl.DataFrame, column: str = "cost_micros") -> str:
     return format_costs({row.get("currency") or "USD": row[column] for row in frame.iter_rows(named=True)})
 
 
+def cost_parts(parts: list[dict] | None) -> dict[str, int]:
+    """A stored list of {currency, cost_micros} (a query's money per currency) as `format_costs` takes it."""
+    return {part["currency"]: part["cost_micros"] for part in parts or []}
+
+
+def with_costs(frame: pl.DataFrame, *columns: str) -> pl.DataFrame:
+    """The frame with each money-per-currency column (`summary_costs`) as text (`summary`), each
+    currency apart (`format_costs`)."""
+    return frame.with_columns(pl.Series(column.removesuffix("_costs"), [format_costs(cost_parts(parts))
+                                                                         for parts in frame[column].to_list()],
+                                        dtype=pl.Utf8) for column in columns).drop(columns)
+
+
 def eval_costs(rows) -> tuple[dict[str, int], int]:
     """Stored eval rows' cost (migration 0020) per currency, and their unpriced calls: `cost_micros` in
     its `currency` where it is one figure, else each currency's money in `costs`. A row written before

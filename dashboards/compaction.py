@@ -25,8 +25,8 @@ cols[1].metric("Failed", f"{totals['failed']:,}", help="outcome other than ok")
 cols[2].metric("Tokens before → after", f"{ui.compact(totals['tokens_before'])} → {ui.compact(totals['tokens_after'])}",
                help=f"{ui.share(totals['tokens_before'] - totals['tokens_after'], totals['tokens_before'])} removed")
 cols[3].metric("Turns summarised / kept", f"{totals['summarised_turns']:,} / {totals['kept_turns']:,}")
-cols[4].metric("Summary cost", ui.format_costs({part["currency"]: part["cost_micros"] for part in totals["costs"] or []},
-                                             totals["unpriced"]), help="each currency its summary calls were priced in, apart")
+cols[4].metric("Summary cost", ui.format_costs(ui.cost_parts(totals["costs"]), totals["unpriced"]),
+               help="each currency its summary calls were priced in, apart")
 ui.filter_sidebar(filters)
 
 data = ui.load("compaction_tables", filters)
@@ -35,7 +35,8 @@ st.caption("Reported: the agent said so (an agent.compact event); inferred: the 
            "shrank and a summary took the place of earlier turns), for agents that report nothing. A reported one the "
            "traffic confirms is counted once, as reported (`seen_in_traffic`). Saved tokens = tokens removed × the "
            "run's calls from the compaction to the next one; re-caching = the cache writes the new prefix forced.")
-ui.table(data["sources"], "compaction_sources", money_columns=(), exact_columns=("summary_micros", "recache_micros"))
+# the summaries' and the re-caching's money per currency it was paid in, never one sum of two
+ui.table(ui.with_costs(data["sources"], "summary_costs", "recache_costs"), "compaction_sources", money_columns=())
 
 ui.bar_chart(data["by_day"].with_columns(data["by_day"]["day"].cast(str)), "day", "events", "outcome",
              "Compactions per day (UTC)", money_axis=False, x_type="O")

@@ -82,12 +82,14 @@ def test_summary_cost_in_two_currencies_is_shown_apart(tmp_path, monkeypatch):
         fx.write_rows(con, "compaction", [
             {"compaction_id": cid, "run_id": run, "occurred_at": fx._at(minutes).isoformat(), "turn": 3,
              "outcome": "ok", "tokens_before": 9000, "tokens_after": 2000, "summarised_turns": 6, "kept_turns": 2,
-             "model": model, "cost_micros": cost, "summary_call_id": call}
-            for cid, run, minutes, model, cost, call in [("x1", "R1", 1, "alpha", 150_000_000, "d02"),
-                                                         ("x2", "R2", 14 * 60 + 1, "gamma", 70_000_000, "d06"),
-                                                         ("x3", "R2", 14 * 60 + 2, "mystery", None, "d07")]])
-    shown = metrics(render(db, monkeypatch, "compaction.py"))
-    assert shown["Summary cost"] == f"{format_amount(70_000_000, 'EUR')} + {format_amount(150_000_000, 'USD')} + 1 unpriced"
+             "model": model, "cost_micros": cost, "summary_call_id": call, "summary_currency": currency}
+            for cid, run, minutes, model, cost, call, currency in [
+                ("x1", "R1", 1, "alpha", 150_000_000, "d02", "USD"), ("x2", "R2", 14 * 60 + 1, "gamma", 70_000_000, "d06", "EUR"),
+                ("x3", "R2", 14 * 60 + 2, "mystery", None, "d07", None)]])
+    at = render(db, monkeypatch, "compaction.py")
+    assert metrics(at)["Summary cost"] == f"{format_amount(70_000_000, 'EUR')} + {format_amount(150_000_000, 'USD')} + 1 unpriced"
+    sources = next(frame.value for frame in at.dataframe if "source" in frame.value.columns)
+    assert list(sources["summary"]) == [f"{format_amount(70_000_000, 'EUR')} + {format_amount(150_000_000, 'USD')}"]
 
 
 def test_compaction_and_evals_figures(dashboard_db, monkeypatch):

@@ -11,10 +11,16 @@ from fractions import Fraction
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 import dashboard_store as fx
 from workbench.store import queries as q
+from workbench.store.db import open_store
+from workbench.store.ingest import write_rows
+from workbench.store.queries import spend
+from workbench.store.queries._base import _q
 
 CALLS = fx.call_rows()
 BY_ID = {c["call_id"]: c for c in CALLS}
@@ -128,6 +134,76 @@ def test_cache_savings_never_add_two_currencies(two_currency_db, raw):
             assert row["replayed_calls"] == sum(c["replayed"] for c in mine)
             assert row["unpriced_calls"] == sum(c["price_source"] is None for c in mine)
     assert expected["EUR"][1] > 0 and expected["USD"][1] > 0
+
+
+def _bill_row(run_id, parent, name, status, code, prompt, main, others, n):
+    """A run whose bill is in `main` (None: written before currencies were named) and `others`."""
+    other_calls = sum(part["calls"] for part in others.values())
+    return {"run_id": run_id, "parent_run_id": parent, "name": name, "status": status, "error_code": code,
+            "error_type": "RuntimeError", "prompt_id": prompt, "prompt_version": "1",
+            "started_at": fx._at(n).isoformat(), "billed_currency": main,
+            "billed_other_currencies": json.dumps(others) if others else None,
+            "billed_input_tokens": 100 * n, "billed_cache_read_tokens": 7 * n, "billed_cache_write_tokens": 3 * n,
+            "billed_output_tokens": 11 * n, "billed_unsettled": n % 2, "billed_calls": 4 + n + other_calls,
+            "billed_cost_micros": 1_000_003 * n, "billed_unpriced_calls": n % 3,
+            "billed_replayed_calls": n % 4 + sum(part["replayed_calls"] for part in others.values()),
+            "billed_replayed_cost_micros": 501 * n, "billed_replayed_unpriced_calls": n % 2}
+
+
+def _part(cost, calls, replayed_cost=0, replayed=0):
+    return {"cost_micros": cost, "calls": calls, "replayed_cost_micros": replayed_cost, "replayed_calls": replayed}
+
+
+def test_summed_bills_are_their_rows_summed(tmp_path):
+    """Failures' totals and groups and the Overview's run names, summed from the runs' columns
+    (`spend.bill_sums`), are exactly the bills' rows (`spend.bills`, a row per run and currency)
+    summed: runs in one, two and three currencies, nested, failed or not, named before currencies were."""
+    db = fx.build(tmp_path / "wb.duckdb", evals=False, calls=[], runs=[], compactions=[])
+    runs = [_bill_row("A", None, "chat", "failed", "E1", "p", "USD", {"EUR": _part(7_000_001, 2, 30, 1)}, 1),
+            _bill_row("A1", "A", "agent", "failed", "E2", "p", "USD", {"EUR": _part(5, 1)}, 2),
+            _bill_row("B", None, "chat", "failed", None, "q", "EUR", {"USD": _part(9, 1), "GBP": _part(4, 3, 2, 2)}, 3),
+            _bill_row("C", None, "batch", "ok", None, "q", None, {}, 4),
+            _bill_row("D", None, "batch", "failed", "E1", "p", "USD", {}, 5),
+            _bill_row("E", None, "chat", "ok", None, "p", "GBP", {"USD": _part(12, 2)}, 6)]
+    with open_store(db) as con:
+        write_rows(con, "run", runs)
+
+    def work(con):
+        f = q.Filters()
+        rows = _q(con, f, f", bills AS ({spend.bills('fr')}) SELECT * FROM bills WHERE parent_run_id IS NULL")
+        return rows, q.failure_totals(con, f), q.failures_by(con, f, "error_code"), q.failures_by(con, f, "prompt"), \
+            q.top_run_names(con, f)
+
+    rows, totals, by_error, by_prompt, names = read(db, work)
+    assert set(rows["currency"]) == {"USD", "EUR", "GBP"} and rows.height == 9
+    measures = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "unsettled", "calls",
+                "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros", "replayed_unpriced_calls")
+
+    def summed(frame: pl.DataFrame, keys: list[str], names=measures) -> pl.DataFrame:
+        """`bills`' rows summed, a cost unknown where every call of its kind went unpriced."""
+        out = frame.group_by(keys).agg(pl.col("main").sum().cast(pl.Int64).alias("runs"),
+                                       *[pl.col(n).sum().cast(pl.Int64) for n in names]).sort(keys, nulls_last=True)
+        if "unpriced_calls" not in names:
+            return out
+        return q.unknown_when_unpriced(out.with_columns(
+            (pl.col("calls") - pl.col("unpriced_calls")).alias("priced_calls"),
+            (pl.col("replayed_calls") - pl.col("replayed_unpriced_calls")).alias("replayed_priced_calls")))
+
+    failed = rows.filter(pl.col("status") == "failed").with_columns(
+        pl.coalesce("error_code", "error_type").alias("error_code"))
+    for frame, keys in ((by_error, ["error_code", "currency"]), (by_prompt, ["prompt_id", "prompt_version", "currency"])):
+        expected = summed(failed, keys)
+        assert_frame_equal(frame.select(expected.columns).sort(keys, nulls_last=True), expected)
+    expected = summed(failed, ["currency"]).rename({"runs": "failed_runs"}).join(
+        summed(rows, ["currency"], ("cost_micros",)).rename({"cost_micros": "total_cost_micros"}), on="currency")
+    assert_frame_equal(totals.select(expected.columns).sort("currency"), expected)
+    money = ("calls", "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros", "replayed_unpriced_calls")
+    expected = summed(rows, ["name", "currency"], money).join(
+        rows.filter(pl.col("main") & (pl.col("status") == "failed")).group_by("name", "currency")
+        .agg(pl.len().cast(pl.Int64).alias("failed")), on=["name", "currency"], how="left").with_columns(
+        pl.col("failed").fill_null(0))
+    assert_frame_equal(names.select(expected.columns).sort("name", "currency"), expected.sort("name", "currency"))
+
 
 def test_failure_headlines(dashboard_db):
     data = read(dashboard_db, lambda con: q.failures_page(con, q.Filters()))

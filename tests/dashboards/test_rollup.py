@@ -182,9 +182,14 @@ def test_every_rollup_figure_is_the_raw_one(blank_store, store, data, filters, t
             write_rows(con, "run", fx.run_rows(fx.call_rows(calls), runs))
             write_rows(con, "run_tag", [{"run_id": r[0], "key": k, "value": v} for r in runs for k, v in r[6].items()])
         # compactions before, between and after the calls of their runs; some reported again, replaced
+        # their money in the currencies of the calls it was paid on (none stored: dollars)
+        currencies = st.sampled_from([None, "USD", "EUR"])
         compaction_rows = [{"compaction_id": cid, "run_id": run, "occurred_at": fx._at(m).isoformat(),
                             "outcome": outcome, "tokens_before": before, "tokens_after": after, "cost_micros": cost,
-                            "source": data.draw(st.sampled_from([None, "reported", "inferred"]))}
+                            "source": data.draw(st.sampled_from([None, "reported", "inferred"])),
+                            "summary_currency": data.draw(currencies),
+                            "recache_cost_micros": data.draw(st.sampled_from([None, 0, 375, 1_000_001])),
+                            "recache_currency": data.draw(currencies)}
                            for cid, run, m, outcome, before, after, _, _, cost in compactions]
         at = [data.draw(st.integers(0, len(batches))) for _ in compaction_rows]
         written: list[dict] = []

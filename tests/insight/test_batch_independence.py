@@ -175,7 +175,7 @@ def test_a_long_stream_of_runs_holds_a_bounded_state_and_a_run_let_go_is_read_ba
                         {"role": "user", "content": "And now?"}], at, 1500, "conversation"))
     whole = _ingest(tmp_path / "whole", calls, len(calls))
     # compared with its last call before, 600 runs earlier
-    assert [row[-5:-3] for row in whole["compactions"]] == [(calls[3][1][1]["call_id"], calls[-1][1][1]["call_id"])]
+    assert [row[-7:-5] for row in whole["compactions"]] == [(calls[3][1][1]["call_id"], calls[-1][1][1]["call_id"])]
     assert {verdict for _, verdict, *_ in whole["verdicts"]} == {"cold", "hit"}
 
     held = []

@@ -19,14 +19,15 @@ def summariser(request: FakeRequest) -> Reply | None:
     return None  # the fake provider's echo
 
 
-def test_langchain_summarization_middleware_is_an_inferred_compaction(store, fake_url, _fake_server):
+def _langchain_chat(fake_url: str, fake_server, model_name: str = "gpt-4o-mini"):
+    """A LangChain agent whose SummarizationMiddleware summarises its history once; its run."""
     from langchain.agents import create_agent
     from langchain.agents.middleware import SummarizationMiddleware
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
 
-    _fake_server.provider = FakeProvider(responder=summariser)
-    model = ChatOpenAI(model="gpt-4o-mini", base_url=f"{fake_url}/v1", api_key="test-key", max_retries=0,
+    fake_server.provider = FakeProvider(responder=summariser)
+    model = ChatOpenAI(model=model_name, base_url=f"{fake_url}/v1", api_key="test-key", max_retries=0,
                        http_client=workbench.http_client())
     agent = create_agent(model, tools=[], system_prompt="You explain Workbench briefly.",
                          middleware=[SummarizationMiddleware(model=model, trigger=("messages", 6), keep=("messages", 2))],
@@ -37,14 +38,19 @@ def test_langchain_summarization_middleware_is_an_inferred_compaction(store, fak
                          "What is a span?"):
             agent.invoke({"messages": [{"role": "user", "content": question + CONTEXT}]}, config)
     workbench.flush()
+    return chat
 
+
+def test_langchain_summarization_middleware_is_an_inferred_compaction(store, fake_url, _fake_server):
+    chat = _langchain_chat(fake_url, _fake_server)
     rows = store.rows("SELECT * FROM compactions")
     assert len(rows) == 1, rows
     event = rows[0]
     assert event["source"] == "inferred" and event["detected"] and event["outcome"] == "ok"
-    summary = store.one("SELECT c.call_id, c.cost_micros FROM calls c JOIN call_bodies b USING (call_id) "
+    summary = store.one("SELECT c.call_id, c.cost_micros, c.currency FROM calls c JOIN call_bodies b USING (call_id) "
                         "WHERE b.output_text = ?", [SUMMARY])
     assert event["summary_call_id"] == summary["call_id"] and event["cost_micros"] == summary["cost_micros"]
+    assert event["summary_currency"] == summary["currency"] == "USD"
     before, after = (store.one("SELECT input_tokens + cache_read_tokens + cache_write_tokens AS total, started_at "
                                "FROM calls WHERE call_id = ?", [event[key]]) for key in ("before_call_id", "after_call_id"))
     assert event["tokens_before"] == before["total"] > event["tokens_after"] == after["total"]
@@ -61,8 +67,28 @@ def test_langchain_summarization_middleware_is_an_inferred_compaction(store, fak
     rows = store.rows("SELECT * FROM compactions")
     assert [(row["compaction_id"], row["source"], row["detected"], row["tokens_before"]) for row in rows] == [
         ("reported-1", "reported", True, 9000)]
-    assert (rows[0]["before_call_id"], rows[0]["after_call_id"], rows[0]["summary_call_id"]) == (
-        event["before_call_id"], event["after_call_id"], event["summary_call_id"])
+    assert (rows[0]["before_call_id"], rows[0]["after_call_id"], rows[0]["summary_call_id"],
+            rows[0]["summary_currency"]) == (event["before_call_id"], event["after_call_id"], event["summary_call_id"],
+                                             event["summary_currency"])
+
+
+def test_a_summary_priced_in_euros_is_shown_in_euros(store, fake_url, _fake_server, monkeypatch):
+    """A summary call priced in euros (a project's negotiated price): the compaction stores its
+    currency at ingestion, and the Compaction page labels its cost in euros, in the headline and in
+    the reported-and-inferred table (which called every amount dollars)."""
+    from fixtures.dashboard_app import render
+    from workbench.money import format_amount
+
+    workbench.register_model(id="wbt-eur-chat", provider="openai", currency="EUR", input=250, output=1000,
+                             context_window=128_000, max_output=4096, source="negotiated price", as_of="2025-01-01")
+    _langchain_chat(fake_url, _fake_server, "wbt-eur-chat")
+    [event] = store.rows("SELECT * FROM compactions")
+    summary = store.one("SELECT currency, cost_micros FROM calls WHERE call_id = ?", [event["summary_call_id"]])
+    assert event["summary_currency"] == summary["currency"] == "EUR" and event["cost_micros"] == summary["cost_micros"] > 0
+    at = render(store.path, monkeypatch, "compaction.py")
+    assert {metric.label: metric.value for metric in at.metric}["Summary cost"] == format_amount(event["cost_micros"], "EUR")
+    sources = next(frame.value for frame in at.dataframe if "source" in frame.value.columns)
+    assert list(sources["summary"]) == [format_amount(event["cost_micros"], "EUR")]
 
 
 TASK = "Read the handbook page by page, then answer: what is the refund window?"

@@ -19,7 +19,7 @@ def _call(call_id: str, started: int, blocks: list[int], kinds: str, judge: bool
                   judge=judge)
 
 
-def _summarised(outputs: list[tuple[int, str, str, int | None, str | None]], quoted: list[str]) -> str | None:
+def _summarised(outputs: list[tuple[int, str, str, int | None, str | None, str | None]], quoted: list[str]) -> str | None:
     """The summary call the compaction from A (six messages) to B (a new message, then A's last two)
     is credited with, when B's request quotes `quoted`."""
     before = _call("A", 10 * SECOND, [1, 11, 12, 13, 14, 15, 16], "suauaua", judge=False)
@@ -36,14 +36,14 @@ LATER = "A later answer in the window, which B does not quote at all, not a word
 
 
 def test_a_summary_is_credited_to_the_latest_call_between_a_and_b_whose_output_b_quotes():
-    outputs = [(5 * SECOND, "early", EARLY, 7, "m"), (12 * SECOND, "inside", INSIDE, 9, "m"),
-               (15 * SECOND, "later", LATER, 11, "m"), (20 * SECOND, "B", INSIDE, 13, "m")]
+    outputs = [(5 * SECOND, "early", EARLY, 7, "m", "USD"), (12 * SECOND, "inside", INSIDE, 9, "m", "USD"),
+               (15 * SECOND, "later", LATER, 11, "m", "USD"), (20 * SECOND, "B", INSIDE, 13, "m", "USD")]
     # B quotes an output from before A and one between A and B: only the one between counts; B itself never
     assert _summarised(outputs, [EARLY, INSIDE]) == "inside"
     # two quoted outputs between A and B: the latest
     assert _summarised(outputs, [INSIDE, LATER]) == "later"
     # an output at A's own start and one at B's own start are inside the window (B itself excluded)
-    assert _summarised([(10 * SECOND, "at-a", INSIDE, 1, "m"), (20 * SECOND, "B", LATER, 1, "m")], [INSIDE, LATER]) == "at-a"
+    assert _summarised([(10 * SECOND, "at-a", INSIDE, 1, "m", "USD"), (20 * SECOND, "B", LATER, 1, "m", "USD")], [INSIDE, LATER]) == "at-a"
     # nothing quoted: no summary, and B kept two of A's messages, so still a compaction
     assert _summarised(outputs, ["something else entirely, sixteen chars"]) is None
 

@@ -71,13 +71,13 @@ class _Texts(dict):
 
 def _events(found) -> list[tuple]:
     return [(e.before.call_id, e.after.call_id, e.removed, e.kept, e.summarised_turns, e.kept_turns,
-             e.summary_call_id, e.summary_cost_micros, e.summary_model) for e in found]
+             e.summary_call_id, e.summary_cost_micros, e.summary_model, e.summary_currency) for e in found]
 
 
 @given(runs(), st.randoms(use_true_random=False))
 def test_the_walk_finds_what_the_plain_rule_finds(calls, random):
     texts = {call.call_id: (SUMMARY if random.random() < 0.3 else "no summary here") for call in calls}
-    outputs = [(call.started, call.call_id, SUMMARY if random.random() < 0.2 else "an answer", 7, "m")
+    outputs = [(call.started, call.call_id, SUMMARY if random.random() < 0.2 else "an answer", 7, "m", "EUR")
                for call in calls]
     random.shuffle(calls)  # any order
     assert _events(compaction.infer(calls, _Texts(texts), outputs)) == _events(_plain_infer(calls, texts, outputs))

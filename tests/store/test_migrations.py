@@ -194,3 +194,22 @@ def test_old_bills_of_two_currencies_are_split_again(tmp_path):
         assert rows["R3"] == (None, None, None, None)
     finally:
         con.close()
+
+
+def test_old_compactions_get_the_currency_of_their_calls(tmp_path):
+    con = duckdb.connect(str(tmp_path / "old-compactions.duckdb"))
+    try:
+        migrate(con, target=_before("_compaction_currencies"))
+        # x1's summary and re-caching were paid in euros, x2's summary in dollars; x3 has no summary call
+        # recorded, x4's summary call is not in the store
+        con.execute("""INSERT INTO calls (call_id, cost_micros, currency) VALUES
+            ('s1', 5, 'EUR'), ('a1', 7, 'EUR'), ('s2', 9, 'USD'), ('a2', 1, 'USD')""")
+        con.execute("""INSERT INTO compactions (compaction_id, cost_micros, summary_call_id, after_call_id,
+            recache_cost_micros) VALUES ('x1', 5, 's1', 'a1', 3), ('x2', 9, 's2', 'a2', NULL),
+            ('x3', 4, NULL, NULL, NULL), ('x4', 2, 'gone', 'a2', 6)""")
+        migrate(con)
+        rows = dict((row[0], row[1:]) for row in con.execute(
+            "SELECT compaction_id, summary_currency, recache_currency FROM compactions").fetchall())
+        assert rows == {"x1": ("EUR", "EUR"), "x2": ("USD", None), "x3": (None, None), "x4": (None, "USD")}
+    finally:
+        con.close()

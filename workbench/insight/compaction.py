@@ -42,6 +42,7 @@ class Inferred:
     summary_call_id: str | None = None
     summary_cost_micros: int | None = None
     summary_model: str | None = None
+    summary_currency: str | None = None  # its cost's
 
 
 def _messages(call: Judged) -> list[int]:
@@ -49,10 +50,10 @@ def _messages(call: Judged) -> list[int]:
 
 
 def infer(run_calls: list[Judged], texts: Mapping[str, str | None],
-          outputs: list[tuple[int, str, str, int | None, str | None]]) -> list[Inferred]:
+          outputs: list[tuple[int, str, str, int | None, str | None, str | None]]) -> list[Inferred]:
     """Compactions among one run's calls of one lineage (`run_calls`, any order). `texts`: the
     request text of the calls being judged, by call id; `outputs`: (start µs, call id, output text,
-    cost, model) of the run's calls, where a summary may come from."""
+    cost, model, currency) of the run's calls, where a summary may come from."""
     ordered = sorted(run_calls, key=lambda c: (c.clock, c.started, c.call_id))
     sources = _Sources(outputs)
     # each call's lead and set of messages, made once a run: the walk back for every later call
@@ -96,10 +97,10 @@ class _Sources:
     """The run's outputs in start order, each with the probe a summary of it would show in a request:
     sorted and probed once per run, not once per candidate compaction."""
 
-    def __init__(self, outputs: list[tuple[int, str, str, int | None, str | None]]) -> None:
+    def __init__(self, outputs: list[tuple[int, str, str, int | None, str | None, str | None]]) -> None:
         self.rows = sorted(outputs)
         self.starts = [row[0] for row in self.rows]
-        probes = [(output or "").strip()[:_SUMMARY_PROBE] for _, _, output, _, _ in self.rows]
+        probes = [(output or "").strip()[:_SUMMARY_PROBE] for _, _, output, *_ in self.rows]
         self.probes = [json.dumps(probe)[1:-1] if len(probe) >= 16 else None for probe in probes]
 
     def between(self, first: int, last: int):
@@ -133,11 +134,12 @@ def _compared(before: Judged, after: Judged, texts: Mapping[str, str | None], ou
 def _find_summary(event: Inferred, text: str | None, outputs: _Sources) -> None:
     if not text:
         return
-    for (_, call_id, _, cost, model), probe in outputs.between(event.before.started, event.after.started):
+    for (_, call_id, _, cost, model, currency), probe in outputs.between(event.before.started, event.after.started):
         if call_id == event.after.call_id:
             continue
         if probe is not None and probe in text:
             event.summary_call_id, event.summary_cost_micros, event.summary_model = call_id, cost, model
+            event.summary_currency = currency
             return
 
 

@@ -40,7 +40,8 @@ _JUDGED_COLUMNS = ("call_id", "run_id", "wire", "provider", "model_requested", "
                    "input_tokens", "cache_read_tokens", "cache_write_tokens", "cache_write_1h_tokens", "output_tokens",
                    "cost_micros", "started_at")
 # ... and those the compactions read
-_OUTPUT_COLUMNS = ("call_id", "run_id", "settled", "started_at", "cost_micros", "model_served", "model_requested")
+_OUTPUT_COLUMNS = ("call_id", "run_id", "settled", "started_at", "cost_micros", "model_served", "model_requested",
+                   "currency")
 
 
 def _us(value) -> int | None:
@@ -371,6 +372,7 @@ _COMPACTION_SCHEMA = {
     "summarised_turns": pl.Int32, "kept_turns": pl.Int32, "model": pl.Utf8, "cost_micros": pl.Int64,
     "source": pl.Utf8, "detected": pl.Boolean, "before_call_id": pl.Utf8, "after_call_id": pl.Utf8,
     "summary_call_id": pl.Utf8, "recache_write_tokens": pl.Int64, "recache_cost_micros": pl.Int64,
+    "summary_currency": pl.Utf8, "recache_currency": pl.Utf8,
 }
 _SEARCH_US = 600 * 1_000_000  # a stored inferred compaction whose first call is gone from the window
 
@@ -395,12 +397,12 @@ def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Ju
     runs = sorted({run for _, run in groups if run})
     for row in q.run_outputs(con, runs, since).iter_rows(named=True) if runs else ():
         outputs[row["run_id"]][row["call_id"]] = (row["started"], row["call_id"], row["output_text"],
-                                                  row["cost_micros"], row["model"])
+                                                  row["cost_micros"], row["model"], row["currency"])
     for call in (frames["call"].select(_OUTPUT_COLUMNS).iter_rows(named=True) if groups else ()):
         if call["settled"]:
             outputs[call["run_id"]][call["call_id"]] = (
                 _us(call["started_at"]) or 0, call["call_id"], bodies.outputs.get(call["call_id"]),
-                call["cost_micros"], call["model_served"] or call["model_requested"])
+                call["cost_micros"], call["model_served"] or call["model_requested"], call["currency"])
     events = [event for (_, run), calls in groups.items()
               for event in compact.infer(calls, bodies.requests, list(outputs[run].values()))]
     stored = q.run_compactions_all(con, run_ids).to_dicts() if run_ids else []
@@ -411,8 +413,10 @@ def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Ju
     taken: set[str] = set()
     for event in events:
         fields = {"detected": True, "before_call_id": event.before.call_id, "after_call_id": event.after.call_id,
-                  "summary_call_id": event.summary_call_id, "recache_write_tokens": event.after.write,
-                  "recache_cost_micros": event.after.write_micros}
+                  "summary_call_id": event.summary_call_id, "summary_currency": event.summary_currency,
+                  "recache_write_tokens": event.after.write, "recache_cost_micros": event.after.write_micros,
+                  # priced by the call's own model row (`verdicts.price_write`): the call's currency
+                  "recache_currency": event.after.spec.currency if event.after.write_micros is not None else None}
         match = next((row for row in candidates if row["run_id"] == event.after.run_id
                       and row["compaction_id"] not in taken and _us(row["occurred_at"]) is not None
                       and compact.matches(event, _us(row["occurred_at"]))), None)
@@ -440,8 +444,8 @@ def _compactions(con, frames: dict[str, pl.DataFrame], judged: dict[str, list[Ju
             if first - compact._SLACK_US <= at <= after + compact._SLACK_US:
                 superseded.append(other["compaction_id"])
                 out[row["compaction_id"]] = {**row, **{key: other[key] for key in (
-                    "detected", "before_call_id", "after_call_id", "summary_call_id", "recache_write_tokens",
-                    "recache_cost_micros")}}
+                    "detected", "before_call_id", "after_call_id", "summary_call_id", "summary_currency",
+                    "recache_write_tokens", "recache_cost_micros", "recache_currency")}}
                 break
     if out:
         frames["compaction"] = pl.DataFrame([{key: _text(row.get(key)) for key in _COMPACTION_SCHEMA} for row in out.values()],

@@ -399,6 +399,19 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE eval_samples ADD COLUMN unpriced_calls INTEGER;
         """,
     ),
+    (
+        "0021_dashregress_compaction_currencies",
+        """
+        -- the currency of a compaction's money, written with it: `cost_micros` the summary call's, the
+        -- re-caching the call after it's (null: no such call recorded; dollars, as the page said then).
+        -- The Compaction page reads them instead of joining every call
+        ALTER TABLE compactions ADD COLUMN summary_currency VARCHAR;
+        ALTER TABLE compactions ADD COLUMN recache_currency VARCHAR;
+        UPDATE compactions SET summary_currency = c.currency FROM calls c WHERE c.call_id = compactions.summary_call_id;
+        UPDATE compactions SET recache_currency = c.currency FROM calls c
+            WHERE c.call_id = compactions.after_call_id AND compactions.recache_cost_micros IS NOT NULL;
+        """,
+    ),
 ]
 
 

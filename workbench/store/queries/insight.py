@@ -79,7 +79,7 @@ def run_outputs(con: duckdb.DuckDBPyConnection, run_ids: list[str], since: datet
     have come from."""
     return _frame(con, """
         SELECT c.call_id, c.run_id, epoch_us(c.started_at) AS started, b.output_text, c.cost_micros,
-               coalesce(c.model_served, c.model_requested) AS model
+               coalesce(c.model_served, c.model_requested) AS model, c.currency
         FROM calls c JOIN call_bodies b USING (call_id)
         WHERE list_contains($runs, c.run_id) AND c.started_at >= $since AND c.settled""",
                   {"runs": run_ids, "since": since})
@@ -245,6 +245,16 @@ def run_turn_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.Da
                   {"ids": run_ids})
 
 
+def compaction_costs(rows: str, micros: str, currency: str, where: str = "true") -> str:
+    """A query of the money `micros` of compactions `rows` (those `where` picks) per its `currency`
+    (stored with it: the call it was paid on, migration 0021; a compaction without one, dollars, as
+    the page said before), a list of {currency, cost_micros} (null: nothing priced): never one sum of two."""
+    return f"""
+        SELECT list(struct_pack(currency := currency, cost_micros := cost_micros) ORDER BY currency)
+        FROM (SELECT coalesce({currency}, 'USD') AS currency, sum({micros})::BIGINT AS cost_micros FROM {rows}
+              WHERE {micros} IS NOT NULL AND {where} GROUP BY ALL)"""
+
+
 def compaction_sources(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
     """Reported and inferred compactions side by side: how many, the tokens each took out of every
     later call of its run until the run's next one (`saved_tokens`), and what the summaries and the
@@ -253,16 +263,21 @@ def compaction_sources(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = F
     marked = """
         , marked AS (
             SELECT x.*, coalesce(x.source, 'reported') AS src
-            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred')"""
-    totals = """
+            FROM fx x WHERE x.outcome IS NOT DISTINCT FROM 'ok' OR x.source = 'inferred'),
+        -- their money per source and currencies, in one more read: each source's per currency from it
+          money AS (
+            SELECT src, summary_currency, recache_currency, sum(cost_micros) AS cost_micros,
+                   sum(recache_cost_micros) AS recache_cost_micros
+            FROM marked GROUP BY ALL)"""
+    totals = f"""
         SELECT m.src AS source, count(*) AS compactions,
                count(*) FILTER (WHERE m.detected) AS seen_in_traffic,
                coalesce(sum(m.tokens_before - m.tokens_after), 0)::BIGINT AS tokens_removed,
-               {saved} AS saved_tokens,
-               coalesce(sum(m.cost_micros), 0)::BIGINT AS summary_micros,
+               {{saved}} AS saved_tokens,
+               ({compaction_costs("money", "cost_micros", "summary_currency", "src = m.src")}) AS summary_costs,
                coalesce(sum(m.recache_write_tokens), 0)::BIGINT AS recache_write_tokens,
-               coalesce(sum(m.recache_cost_micros), 0)::BIGINT AS recache_micros
-        FROM marked m {join} GROUP BY m.src ORDER BY m.src DESC"""
+               ({compaction_costs("money", "recache_cost_micros", "recache_currency", "src = m.src")}) AS recache_costs
+        FROM marked m {{join}} GROUP BY m.src ORDER BY m.src DESC"""
     if not raw and scoped(con, f, "reach_whole", lambda: rollup.whole(con, rollup.REACH)):
         # the tokens saved summed over the compactions' rollup rows in one join (a product summed
         # row by row is the product of the summed later calls), apart from the counts of compactions

@@ -9,6 +9,7 @@ import polars as pl
 
 from workbench.errors import WorkbenchError
 from workbench.store.queries._base import Filters, _Sql, _frame, _q
+from workbench.store.queries.insight import compaction_costs
 from workbench.store.queries.spend import RUN_MONEY, bills, unknown_when_unpriced
 
 # -- Compaction ----------------------------------------------------------------------------------
@@ -24,13 +25,10 @@ def compaction_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFram
                coalesce(sum(x.kept_turns), 0)::BIGINT AS kept_turns,
                coalesce(sum(x.cost_micros), 0)::BIGINT AS cost_micros,
                count(*) FILTER (WHERE x.cost_micros IS NULL) AS unpriced,
-               -- the summaries' cost per currency their calls were priced in, never one sum of two (a
-               -- compaction with no summary call recorded: dollars, as the page labelled it before)
-               (SELECT list({'currency': currency, 'cost_micros': cost_micros} ORDER BY currency)
-                FROM (SELECT coalesce(c.currency, 'USD') AS currency, sum(y.cost_micros)::BIGINT AS cost_micros
-                      FROM fx y LEFT JOIN calls c ON c.call_id = y.summary_call_id
-                      WHERE y.cost_micros IS NOT NULL GROUP BY ALL)) AS costs
-        FROM fx x""")
+               -- the summaries' cost per currency their calls were priced in, never one sum of two
+               -- (`summary_currency`, stored with the compaction: see `insight.compaction_costs`)
+               ({costs}) AS costs
+        FROM fx x""".format(costs=compaction_costs("fx", "cost_micros", "summary_currency")))
 
 
 def compactions_by_day(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:

@@ -197,10 +197,10 @@ def run_totals(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
 def top_run_names(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
     """Top-level runs grouped by name and currency, by billed cost (a bill covers the runs inside it)."""
     return unknown_when_unpriced(_q(con, f, f"""
-        , top AS (SELECT * FROM fr WHERE parent_run_id IS NULL), bills AS ({bills("top")})
-        SELECT r.name, r.currency, count(*) FILTER (WHERE r.main) AS runs,
-               count(*) FILTER (WHERE r.main AND r.status = 'failed') AS failed, {_BILL_MONEY}
-        FROM bills r GROUP BY r.name, r.currency
+        , sums AS ({bill_sums("fr", "r.parent_run_id IS NULL", "r.name, r.status = 'failed' AS failed", _MONEY_PARTS)})
+        SELECT r.name, r.currency, sum(r.runs)::BIGINT AS runs,
+               coalesce(sum(r.runs) FILTER (WHERE r.failed), 0)::BIGINT AS failed, {_BILL_MONEY}
+        FROM sums r GROUP BY r.name, r.currency
         ORDER BY cost_micros DESC, runs DESC, r.name, r.currency LIMIT $limit""", {"limit": limit}))
 
 
@@ -218,6 +218,27 @@ def top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.
 # -- Failures ------------------------------------------------------------------------------------
 
 
+# each sum of a bill (`bills`' rows) over runs `r`: from the run's columns for its main currency, and
+# from an entry `e` of its `billed_other_currencies` for another (null: nothing in that currency)
+_OTHERS = "coalesce(list_sum(CAST(json_extract(r.billed_other_currencies, '$.*.{}') AS BIGINT[])), 0)"
+_BILL_PARTS = {
+    "runs": ("count(*)", None),
+    **{name: (f"sum(r.billed_{name})", None)
+       for name in ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "unsettled")},
+    "calls": ("sum(CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_calls "
+              f"ELSE r.billed_calls - {_OTHERS.format('calls')} END)", "sum((e.value->>'calls')::INTEGER)"),
+    "cost_micros": ("sum(r.billed_cost_micros)", "sum((e.value->>'cost_micros')::BIGINT)"),
+    "unpriced_calls": ("sum(r.billed_unpriced_calls)", None),
+    "replayed_calls": ("sum(CASE WHEN r.billed_other_currencies IS NULL THEN r.billed_replayed_calls "
+                       f"ELSE r.billed_replayed_calls - {_OTHERS.format('replayed_calls')} END)",
+                       "sum((e.value->>'replayed_calls')::INTEGER)"),
+    "replayed_cost_micros": ("sum(r.billed_replayed_cost_micros)", "sum((e.value->>'replayed_cost_micros')::BIGINT)"),
+    "replayed_unpriced_calls": ("sum(r.billed_replayed_unpriced_calls)", None),
+}
+_MONEY_PARTS = ("runs", "calls", "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros",
+                "replayed_unpriced_calls")
+
+
 def bills(runs: str) -> str:
     """The bills of `runs` (a relation of `runs` rows) as a row per run and currency (`Billed`), each
     with its run's columns: the row of its main currency carries the run's usage, unsettled and
@@ -225,7 +246,7 @@ def bills(runs: str) -> str:
     in it, so the rows of a run sum to its bill and a sum over them, grouped by currency, never adds
     two currencies. (The run's columns ride along: joining the rows back to the runs cost more than
     the sums themselves. `runs` is read twice: a few picked runs are best MATERIALIZED first.)"""
-    others = "coalesce(list_sum(CAST(json_extract(r.billed_other_currencies, '$.*.{}') AS BIGINT[])), 0)::BIGINT"
+    others = _OTHERS + "::BIGINT"
     return f"""
         SELECT r.*, coalesce(r.billed_currency, 'USD') AS currency, true AS main,
                r.billed_input_tokens AS input_tokens, r.billed_cache_read_tokens AS cache_read_tokens,
@@ -245,6 +266,29 @@ def bills(runs: str) -> str:
         FROM {runs} r, json_each(r.billed_other_currencies) e WHERE r.billed_other_currencies IS NOT NULL"""
 
 
+def bill_sums(runs: str, where: str = "true", keys: str = "", names: tuple[str, ...] = tuple(_BILL_PARTS)) -> str:
+    """The bills of the runs of `runs` (a relation of `runs` rows) that `where` selects, summed per
+    `keys` (select-list items over `r`, if any) and currency: the sums `names` of `bills`' rows
+    grouped so, `runs` counting the runs whose main currency it is. One read of the runs' own
+    columns; the other currencies' money (null for nearly every run) is unnested from the few
+    groups' lists of it. (`bills` carries every run's columns through a union and reads `runs`
+    twice: at 1,000,000 runs, more than the sums.)"""
+    lead = f"{keys}, " if keys else ""
+    main = ", ".join(f"{_BILL_PARTS[name][0]} AS {name}" for name in names)
+    other = ", ".join(_BILL_PARTS[name][1] or "0" for name in names)
+    return f"""
+        WITH main AS (
+            SELECT {lead}r.billed_currency AS currency, {main},
+                   list(r.billed_other_currencies) FILTER (WHERE r.billed_other_currencies IS NOT NULL) AS others
+            FROM {runs} r WHERE {where} GROUP BY ALL)
+        -- a bill written before currencies were named (null) is in dollars; named after the sums (a
+        -- sixth of their cost named per run), so a currency can have two rows here
+        SELECT * EXCLUDE (others) REPLACE (coalesce(currency, 'USD') AS currency) FROM main
+        UNION ALL
+        SELECT m.* EXCLUDE (currency, others, {", ".join(names)}), e.key, {other}
+        FROM main m, unnest(m.others) o(bill), json_each(o.bill) e GROUP BY ALL"""
+
+
 # a bill's money, from its rows `r` (`bills`): live calls paid, and replayed calls with what they would
 # have cost, never added
 RUN_MONEY = """r.currency, r.calls, r.cost_micros, r.calls - r.unpriced_calls AS priced_calls, r.unpriced_calls,
@@ -252,20 +296,11 @@ RUN_MONEY = """r.currency, r.calls, r.cost_micros, r.calls - r.unpriced_calls AS
            r.replayed_unpriced_calls"""
 
 
-def _bill_sums(where: str = "true", money_only: bool = False) -> str:
-    """Sums of bills' rows `r` (`bills`), of those `where` selects."""
-    names = ("calls", "cost_micros", "unpriced_calls", "replayed_calls", "replayed_cost_micros",
-             "replayed_unpriced_calls")
-    if not money_only:
-        names = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens", "unsettled", *names)
-    sums = [f"coalesce(sum(r.{name}) FILTER (WHERE {where}), 0)::BIGINT AS {name}" for name in names]
-    sums += [f"coalesce(sum(r.calls - r.unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT AS priced_calls",
-             f"coalesce(sum(r.replayed_calls - r.replayed_unpriced_calls) FILTER (WHERE {where}), 0)::BIGINT "
-             "AS replayed_priced_calls"]
-    return ",\n               ".join(sums)
-
-
-_BILL_MONEY = _bill_sums(money_only=True)
+# the money of bills' rows `r` (`bills`, or `bill_sums`' groups) summed
+_BILL_MONEY = ",\n               ".join(
+    [f"coalesce(sum(r.{name}), 0)::BIGINT AS {name}" for name in _MONEY_PARTS[1:]]
+    + ["coalesce(sum(r.calls - r.unpriced_calls), 0)::BIGINT AS priced_calls",
+       "coalesce(sum(r.replayed_calls - r.replayed_unpriced_calls), 0)::BIGINT AS replayed_priced_calls"])
 
 
 def outside_runs_spend(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False) -> pl.DataFrame:
@@ -283,12 +318,12 @@ def failure_totals(con: duckdb.DuckDBPyConnection, f: Filters, raw: bool = False
     bills of every top-level run plus the live calls made outside any run, `outside_runs_spend`): a
     row per currency, most runs first. The counts are on each run's main currency's row (`bills`), so
     they sum over the rows; the money never adds two currencies."""
-    frame = _q(con, f, f"""
-        , top AS (SELECT * FROM fr WHERE parent_run_id IS NULL), bills AS ({bills("top")})
-        SELECT r.currency, count(*) FILTER (WHERE r.main AND r.status = 'failed') AS failed_runs,
-               {_bill_sums("r.status = 'failed'")},
-               count(*) FILTER (WHERE r.main) AS runs, coalesce(sum(r.cost_micros), 0)::BIGINT AS total_cost_micros
-        FROM bills r GROUP BY r.currency""")
+    spent = _q(con, f, f"""
+        SELECT r.currency, sum(r.runs)::BIGINT AS runs, coalesce(sum(r.cost_micros), 0)::BIGINT AS total_cost_micros
+        FROM ({bill_sums("fr", "r.parent_run_id IS NULL", names=("runs", "cost_micros"))}) r GROUP BY r.currency""")
+    failed = _regrouped(_failed_bills(con, f), ["currency"]).rename({"runs": "failed_runs"})
+    frame = spent.join(failed, on="currency", how="left").select(
+        "currency", "failed_runs", *_SUMS, "runs", "total_cost_micros")
     outside = outside_runs_spend(con, f, raw)
     frame = (frame.join(outside, on="currency", how="full", coalesce=True)
              .with_columns(pl.exclude("currency", "micros").fill_null(0))
@@ -316,10 +351,30 @@ def failed_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 1000) -
 
 def failures_by(con: duckdb.DuckDBPyConnection, f: Filters, by: Literal["error_code", "prompt"]) -> pl.DataFrame:
     """Failed top-level runs and their bills, by error code or by prompt id and version, and currency."""
-    # a failure with no Workbench code (an SDK's own exception) is grouped by its exception type
-    keys = "coalesce(r.error_code, r.error_type) AS error_code" if by == "error_code" else "r.prompt_id, r.prompt_version"
-    return unknown_when_unpriced(_q(con, f, f"""
-        , failed AS (SELECT * FROM fr WHERE parent_run_id IS NULL AND status = 'failed'), bills AS ({bills("failed")})
-        SELECT {keys}, r.currency, count(*) FILTER (WHERE r.main) AS runs, {_bill_sums()}
-        FROM bills r
-        GROUP BY ALL ORDER BY cost_micros DESC, runs DESC, r.currency"""))
+    keys = ["error_code"] if by == "error_code" else ["prompt_id", "prompt_version"]
+    out = _regrouped(_failed_bills(con, f), [*keys, "currency"]).select(*keys, "currency", "runs", *_SUMS)
+    return unknown_when_unpriced(out.sort(["cost_micros", "runs", "currency", *keys],
+                                          descending=[True, True] + [False] * (1 + len(keys)), nulls_last=True))
+
+
+# what `_bill_sums` gives, in its order: the bills' sums and the calls priced
+_SUMS = (*list(_BILL_PARTS)[1:], "priced_calls", "replayed_priced_calls")
+
+
+def _failed_bills(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
+    """The failed top-level runs' bills summed per error code (a failure with no Workbench code, an
+    SDK's own exception: its type), prompt and currency: one read that the Failures page's totals and
+    groups regroup (`_regrouped`), once within a scope (three reads of the failed runs before)."""
+    return scoped(con, f, "failed_bills", lambda: _q(con, f, f"""
+        SELECT r.error_code, r.prompt_id, r.prompt_version, r.currency,
+               {", ".join(f"sum(r.{name})::BIGINT AS {name}" for name in _BILL_PARTS)}
+        FROM ({bill_sums("fr", "r.parent_run_id IS NULL AND r.status = 'failed'",
+                         "coalesce(r.error_code, r.error_type) AS error_code, r.prompt_id, r.prompt_version")}) r
+        GROUP BY ALL"""))
+
+
+def _regrouped(groups: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """`_failed_bills` summed per `keys`, with the calls priced (`_bill_sums`' figures)."""
+    return groups.group_by(keys).agg(pl.col(name).sum() for name in _BILL_PARTS).with_columns(
+        (pl.col("calls") - pl.col("unpriced_calls")).alias("priced_calls"),
+        (pl.col("replayed_calls") - pl.col("replayed_unpriced_calls")).alias("replayed_priced_calls"))
