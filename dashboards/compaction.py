@@ -44,6 +44,6 @@ ui.bar_chart(data["by_day"].with_columns(data["by_day"]["day"].cast(str)), "day"
 st.subheader("Failed compactions")
 ui.table(ui.with_explorer_links(data["failed"]), "failed_compactions", column_config={"run": ui.explorer_link_column()})
 st.subheader("Runs that compacted most")
-ui.table(ui.with_explorer_links(data["top_runs"]), "compaction_top_runs", column_config={"run": ui.explorer_link_column()})
+ui.table(ui.with_explorer_links(ui.with_costs(data["top_runs"], "summary_costs")), "compaction_top_runs", column_config={"run": ui.explorer_link_column()})
 with st.expander("Latest compactions"):
     ui.table(data["events"], "compactions")

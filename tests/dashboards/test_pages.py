@@ -85,11 +85,21 @@ def test_summary_cost_in_two_currencies_is_shown_apart(tmp_path, monkeypatch):
              "model": model, "cost_micros": cost, "summary_call_id": call, "summary_currency": currency}
             for cid, run, minutes, model, cost, call, currency in [
                 ("x1", "R1", 1, "alpha", 150_000_000, "d02", "USD"), ("x2", "R2", 14 * 60 + 1, "gamma", 70_000_000, "d06", "EUR"),
-                ("x3", "R2", 14 * 60 + 2, "mystery", None, "d07", None)]])
+                ("x3", "R2", 14 * 60 + 2, "mystery", None, "d07", None),
+                ("x4", "R2", 14 * 60 + 3, "alpha", 5_000_000, "d08", "USD")]])
     at = render(db, monkeypatch, "compaction.py")
-    assert metrics(at)["Summary cost"] == f"{format_amount(70_000_000, 'EUR')} + {format_amount(150_000_000, 'USD')} + 1 unpriced"
+    assert metrics(at)["Summary cost"] == f"{format_amount(70_000_000, 'EUR')} + {format_amount(155_000_000, 'USD')} + 1 unpriced"
     sources = next(frame.value for frame in at.dataframe if "source" in frame.value.columns)
-    assert list(sources["summary"]) == [f"{format_amount(70_000_000, 'EUR')} + {format_amount(150_000_000, 'USD')}"]
+    assert list(sources["summary"]) == [f"{format_amount(70_000_000, 'EUR')} + {format_amount(155_000_000, 'USD')}"]
+    # the runs that compacted most: each run's summaries per currency; every compaction in its own
+    top = next(frame.value for frame in at.dataframe if "run" in frame.value.columns)
+    assert dict(zip(top["run"], top["summary"])) == {
+        "run_explorer?run_id=R2": f"{format_amount(70_000_000, 'EUR')} + {format_amount(5_000_000, 'USD')}",
+        "run_explorer?run_id=R1": format_amount(150_000_000, "USD")}
+    events = next(frame.value for frame in at.dataframe if "compaction_id" in frame.value.columns)
+    assert dict(zip(events["compaction_id"], events["cost"])) == {
+        "x1": format_amount(150_000_000, "USD"), "x2": format_amount(70_000_000, "EUR"),
+        "x3": "–", "x4": format_amount(5_000_000, "USD")}
 
 
 def test_compaction_and_evals_figures(dashboard_db, monkeypatch):
