@@ -59,22 +59,23 @@ def compaction_events(con: duckdb.DuckDBPyConnection, f: Filters, failed_only: b
 def compaction_top_runs(con: duckdb.DuckDBPyConnection, f: Filters, limit: int = 20) -> pl.DataFrame:
     """The runs that compacted most, their summaries' money per currency (`summary_costs`, as
     `compaction_costs` gives it: never one sum of two)."""
-    # ranked before the runs' names are joined, to the few shown (see `compaction_events`)
+    # ranked before the runs' names and money are joined, to the few shown (see `compaction_events`):
+    # the money per run and currency of every run first cost 500 ms at 500,000 compactions
     return _q(con, f, """
-        , per AS (
-            SELECT x.run_id, coalesce(x.summary_currency, 'USD') AS currency, count(*) AS compactions,
-                   count(*) FILTER (WHERE x.outcome IS DISTINCT FROM 'ok') AS failed,
-                   sum(x.tokens_before - x.tokens_after) AS tokens_removed, sum(x.cost_micros) AS cost_micros
-            FROM fx x WHERE x.run_id IS NOT NULL GROUP BY ALL)
         , top AS (
-            SELECT run_id, sum(compactions)::BIGINT AS compactions, sum(failed)::BIGINT AS failed,
-                   coalesce(sum(tokens_removed), 0)::BIGINT AS tokens_removed,
-                   list(struct_pack(currency := currency, cost_micros := cost_micros::BIGINT) ORDER BY currency)
-                       FILTER (WHERE cost_micros IS NOT NULL) AS summary_costs
-            FROM per GROUP BY run_id
-            ORDER BY compactions DESC, tokens_removed DESC, run_id LIMIT $limit)
-        SELECT t.run_id, r.name AS run_name, t.compactions, t.failed, t.tokens_removed, t.summary_costs
-        FROM top t LEFT JOIN runs r USING (run_id)
+            SELECT x.run_id, count(*) AS compactions,
+                   count(*) FILTER (WHERE x.outcome IS DISTINCT FROM 'ok') AS failed,
+                   coalesce(sum(x.tokens_before - x.tokens_after), 0)::BIGINT AS tokens_removed
+            FROM fx x WHERE x.run_id IS NOT NULL GROUP BY x.run_id
+            ORDER BY compactions DESC, tokens_removed DESC, x.run_id LIMIT $limit)
+        , money AS (
+            SELECT run_id, list(struct_pack(currency := currency, cost_micros := cost_micros) ORDER BY currency)
+                       AS summary_costs
+            FROM (SELECT x.run_id, coalesce(x.summary_currency, 'USD') AS currency, sum(x.cost_micros)::BIGINT AS cost_micros
+                  FROM fx x WHERE x.run_id IN (SELECT run_id FROM top) AND x.cost_micros IS NOT NULL GROUP BY ALL)
+            GROUP BY run_id)
+        SELECT t.run_id, r.name AS run_name, t.compactions, t.failed, t.tokens_removed, m.summary_costs
+        FROM top t LEFT JOIN money m USING (run_id) LEFT JOIN runs r USING (run_id)
         ORDER BY t.compactions DESC, t.tokens_removed DESC, t.run_id""", {"limit": limit})
 
 
