@@ -357,7 +357,7 @@ def failures_by(con: duckdb.DuckDBPyConnection, f: Filters, by: Literal["error_c
                                           descending=[True, True] + [False] * (1 + len(keys)), nulls_last=True))
 
 
-# what `_bill_sums` gives, in its order: the bills' sums and the calls priced
+# what `_regrouped` gives, in its order: the bills' sums (`bill_sums`) and the calls priced
 _SUMS = (*list(_BILL_PARTS)[1:], "priced_calls", "replayed_priced_calls")
 
 
@@ -374,7 +374,7 @@ def _failed_bills(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
 
 
 def _regrouped(groups: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """`_failed_bills` summed per `keys`, with the calls priced (`_bill_sums`' figures)."""
+    """`_failed_bills` summed per `keys`, with the calls priced."""
     return groups.group_by(keys).agg(pl.col(name).sum() for name in _BILL_PARTS).with_columns(
         (pl.col("calls") - pl.col("unpriced_calls")).alias("priced_calls"),
         (pl.col("replayed_calls") - pl.col("replayed_unpriced_calls")).alias("replayed_priced_calls"))
