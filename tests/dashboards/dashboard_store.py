@@ -252,3 +252,19 @@ def build(path: Path, evals: bool = True, calls: list[tuple] = CALLS, runs: list
             write_rows(con, "eval_result", matrix_results)
             write_rows(con, "eval_sample", matrix_samples)
     return path
+
+
+def build_two_currency_compactions(path: Path) -> Path:
+    """`TWO_CURRENCIES`' store with compactions whose summary calls were priced in dollars and in euros
+    (and one unpriced), x2 (EUR) and x4 (USD) on the same day with the same outcome."""
+    build(path, evals=False, calls=TWO_CURRENCIES, compactions=[])
+    with open_store(path) as con:
+        write_rows(con, "compaction", [
+            {"compaction_id": cid, "run_id": run, "occurred_at": _at(minutes).isoformat(), "turn": 3,
+             "outcome": "ok", "tokens_before": 9000, "tokens_after": 2000, "summarised_turns": 6, "kept_turns": 2,
+             "model": model, "cost_micros": cost, "summary_call_id": call, "summary_currency": currency}
+            for cid, run, minutes, model, cost, call, currency in [
+                ("x1", "R1", 1, "alpha", 150_000_000, "d02", "USD"), ("x2", "R2", 14 * 60 + 1, "gamma", 70_000_000, "d06", "EUR"),
+                ("x3", "R2", 14 * 60 + 2, "mystery", None, "d07", None),
+                ("x4", "R2", 14 * 60 + 3, "alpha", 5_000_000, "d08", "USD")]])
+    return path

@@ -77,16 +77,7 @@ def test_cache_savings_in_two_currencies_are_shown_apart(tmp_path, monkeypatch):
 def test_summary_cost_in_two_currencies_is_shown_apart(tmp_path, monkeypatch):
     """Compactions whose summary calls were priced in dollars and in euros: the headline labels each
     amount with its calls' currency and never adds them (it said USD for both before)."""
-    db = fx.build(tmp_path / "workbench.duckdb", evals=False, calls=fx.TWO_CURRENCIES, compactions=[])
-    with fx.open_store(db) as con:
-        fx.write_rows(con, "compaction", [
-            {"compaction_id": cid, "run_id": run, "occurred_at": fx._at(minutes).isoformat(), "turn": 3,
-             "outcome": "ok", "tokens_before": 9000, "tokens_after": 2000, "summarised_turns": 6, "kept_turns": 2,
-             "model": model, "cost_micros": cost, "summary_call_id": call, "summary_currency": currency}
-            for cid, run, minutes, model, cost, call, currency in [
-                ("x1", "R1", 1, "alpha", 150_000_000, "d02", "USD"), ("x2", "R2", 14 * 60 + 1, "gamma", 70_000_000, "d06", "EUR"),
-                ("x3", "R2", 14 * 60 + 2, "mystery", None, "d07", None),
-                ("x4", "R2", 14 * 60 + 3, "alpha", 5_000_000, "d08", "USD")]])
+    db = fx.build_two_currency_compactions(tmp_path / "workbench.duckdb")
     at = render(db, monkeypatch, "compaction.py")
     assert metrics(at)["Summary cost"] == f"{format_amount(70_000_000, 'EUR')} + {format_amount(155_000_000, 'USD')} + 1 unpriced"
     sources = next(frame.value for frame in at.dataframe if "source" in frame.value.columns)

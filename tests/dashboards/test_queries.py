@@ -229,9 +229,21 @@ def test_compaction_headlines(dashboard_db):
     assert totals["events"] == len(fx.COMPACTIONS) and totals["failed"] == 1 and totals["runs"] == 3
     assert totals["tokens_before"] == sum(x[4] for x in fx.COMPACTIONS)
     assert totals["tokens_after"] == sum(x[5] for x in fx.COMPACTIONS)
-    assert totals["cost_micros"] == sum(x[8] for x in fx.COMPACTIONS)
+    assert totals["costs"] == [{"currency": "USD", "cost_micros": sum(x[8] for x in fx.COMPACTIONS)}]
     assert data["failed"]["compaction_id"].to_list() == ["x4"]
     assert data["top_runs"].row(0, named=True)["run_id"] == "R1"
+
+
+def test_compactions_per_day_keep_each_currency_apart(tmp_path):
+    """The chart's days carry the summaries' money per currency, as the headline does: one day's
+    compactions priced in euros and in dollars were one sum before (225,000,000 with no currency)."""
+    db = fx.build_two_currency_compactions(tmp_path / "workbench.duckdb")
+    data = read(db, lambda con: q.compaction_page(con, q.Filters()))
+    by_day = data["by_day"].to_dicts()
+    assert by_day == [{"day": date(2024, 5, 1), "outcome": "ok", "events": 4, "tokens_before": 36000,
+                       "tokens_after": 8000, "costs": [{"currency": "EUR", "cost_micros": 70_000_000},
+                                                       {"currency": "USD", "cost_micros": 155_000_000}]}]
+    assert by_day[0]["costs"] == data["totals"]["costs"][0].to_list()
 
 
 @pytest.mark.parametrize(

@@ -245,12 +245,19 @@ def run_turn_events(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.Da
                   {"ids": run_ids})
 
 
+def costs_list(currency: str, micros: str) -> str:
+    """An aggregate of amounts `micros`, each already summed in one `currency` (a row per group and
+    currency), into a list of {currency, cost_micros} in currency order (null: nothing priced)."""
+    return (f"list(struct_pack(currency := {currency}, cost_micros := {micros}) ORDER BY {currency}) "
+            f"FILTER (WHERE {micros} IS NOT NULL)")
+
+
 def compaction_costs(rows: str, micros: str, currency: str, where: str = "true") -> str:
     """A query of the money `micros` of compactions `rows` (those `where` picks) per its `currency`
     (stored with it: the call it was paid on, migration 0021; a compaction without one, dollars, as
     the page said before), a list of {currency, cost_micros} (null: nothing priced): never one sum of two."""
     return f"""
-        SELECT list(struct_pack(currency := currency, cost_micros := cost_micros) ORDER BY currency)
+        SELECT {costs_list("currency", "cost_micros")}
         FROM (SELECT coalesce({currency}, 'USD') AS currency, sum({micros})::BIGINT AS cost_micros FROM {rows}
               WHERE {micros} IS NOT NULL AND {where} GROUP BY ALL)"""
 
