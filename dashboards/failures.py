@@ -22,11 +22,10 @@ currency = by_currency["currency"][0] or "USD"  # the main one: the chart's
 
 
 def billed(column: str, priced: str, unpriced: str) -> str:
-    """The failed runs' money per currency its calls were priced in, naming the unpriced calls beside it."""
-    rows = by_currency.filter(pl.col(priced) > 0)
-    if rows.is_empty():
-        return ui.money(0 if not totals[unpriced] else None, currency, totals[unpriced])
-    return ui.money_by_currency(rows, column) + (f" + {totals[unpriced]:,} unpriced" if totals[unpriced] else "")
+    """The failed runs' money per currency its calls were priced in, naming the unpriced calls beside it
+    (nothing priced nor unpriced: 0 in the main currency)."""
+    costs = {row["currency"] or "USD": row[column] for row in by_currency.filter(pl.col(priced) > 0).iter_rows(named=True)}
+    return ui.format_costs(costs or ({} if totals[unpriced] else {currency: 0}), totals[unpriced])
 
 
 spent = by_currency.filter(pl.col("total_cost_micros") > 0)

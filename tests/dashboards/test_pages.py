@@ -48,6 +48,26 @@ def test_failures_figures(dashboard_db, monkeypatch):
     assert shown["Failed runs"] == "2" and shown["Unsettled calls"] == "1"
 
 
+D = {call[0]: call for call in fx.TWO_CURRENCIES}
+TWO = {c["call_id"]: c["cost_micros"] for c in fx.call_rows(fx.TWO_CURRENCIES)}
+
+
+@pytest.mark.parametrize(("calls", "billed", "replayed"), [
+    # R2 failed: a call priced and one nothing priced (two currencies: test_two_currency_bills.py)
+    ([D["d01"], ("d02", "R2", *D["d02"][2:]), D["d07"]], f"{format_amount(TWO['d02'], 'USD')} + 1 unpriced", None),
+    ([D["d01"], D["d07"]], "unpriced (1 calls)", None),  # nothing priced in the failed runs: never 0
+    ([D["d01"]], format_amount(0, "USD"), None),  # nothing billed to them at all
+    # a replayed call inside a failed run: counted apart, with what it would have cost
+    ([D["d01"], ("d04", "R2", *D["d04"][2:])], format_amount(0, "USD"), format_amount(TWO["d04"], "USD")),
+])
+def test_failures_bill_each_currency_and_the_unpriced_calls(tmp_path, monkeypatch, calls, billed, replayed):
+    at = render(fx.build(tmp_path / "workbench.duckdb", evals=False, calls=calls, compactions=[]), monkeypatch,
+                "failures.py")
+    assert metrics(at)["Billed to failed runs"] == billed
+    usage = next(caption.value for caption in at.caption if caption.value.startswith("Usage billed"))
+    assert (f"1 calls that would cost {replayed}." in usage) if replayed else "Replayed" not in usage
+
+
 def test_cache_figures(dashboard_db, monkeypatch):
     from test_queries import _savings
 
