@@ -195,6 +195,10 @@ def current_run() -> Run | None:
 
 
 class Run:
+    # the models of its unpriced calls (an eval's no-verdict names them); replaced, never added to in
+    # place: the shared empty default costs a run nothing when every call is priced
+    unpriced_models: frozenset[str] = frozenset()
+
     def __init__(self, name: str, kind: str, tags: dict, parent: Run | None, prompt: dict | None) -> None:
         self.run_id = new_id()
         # a name or tag is the app's own text and may hold a pasted key: masked as a call's text is,
@@ -251,6 +255,8 @@ class Run:
         with self._lock:
             billed = self._billed
             self._attributed += 1
+            if call.settled and call.cost_micros is None:
+                self.unpriced_models |= {call.model_served or call.model_requested or "an unnamed model"}
             if call.settled and call.replayed:  # never paid: counted apart, at what it would have cost
                 billed.replayed_calls += 1
                 if call.cost_micros is None:
