@@ -280,7 +280,6 @@ def judge(
     for case_id in sorted(ran):
         recorded = baseline.cases[case_id]
         cost, currency = one_cost(*costs.get(case_id, ({}, 1)))
-        kept = _kept_costs(baseline, recorded)
         values = samples.get(case_id, [])
         score = stats.mean(values) if values else None
         failed, p_value = _dropped([recorded.values], [values], tolerance, confidence) if values else (True, None)
@@ -289,7 +288,8 @@ def judge(
             baseline=recorded.score, baseline_spread=stats.spread(recorded.values),
             baseline_samples=len(recorded.values), delta=None if score is None else score - recorded.score,
             p_value=p_value, cost_micros=cost,
-            baseline_cost_micros=None if kept is None else in_currency(*one_cost(kept, 0), currency),
+            baseline_cost_micros=in_currency(recorded.cost_micros, baseline.currency, currency) if recorded.costs is None
+            else in_currency(*one_cost(recorded.costs, 0), currency),
             failed=failed, error=errors.get(case_id),
         ))
     judged = sorted(samples)
@@ -310,16 +310,6 @@ def judge(
     )
 
 
-def _kept_costs(baseline: Baseline, case: CaseBaseline) -> dict[str, int] | None:
-    """A baseline case's money by currency; None: it keeps no figure (a call was unpriced when it was
-    recorded; or, in a baseline from before costs were kept per currency, priced in two)."""
-    if case.costs is not None:
-        return case.costs
-    if case.cost_micros is None:
-        return None
-    return {baseline.currency: case.cost_micros} if case.cost_micros else {}
-
-
 def _by_currency(costs) -> dict[str, int]:
     """Money by currency, summed over cases; a currency with no money is left out (nothing is nothing
     in any currency)."""
@@ -337,11 +327,18 @@ def cost_change(costs: dict[str, CaseCost], epochs: int, baseline: Baseline) -> 
     fell by 100%; one it spends in and the baseline did not (while the baseline spent in another) is
     no verdict; a baseline that cost nothing anywhere against a run that costs: rose from nothing."""
     unpriced = sorted(case_id for case_id, (_, calls) in costs.items() if calls)
-    kept = {case_id: _kept_costs(baseline, baseline.cases[case_id]) for case_id in costs}
-    baseline_unpriced = sorted(case_id for case_id, money in kept.items() if money is None)
+    recorded = [(case_id, baseline.cases[case_id]) for case_id in costs]
+    # a case keeps its money in the baseline's currency (`cost_micros`), or per currency (`costs`), or
+    # no figure: a call was unpriced when it was recorded (or, in a baseline from before costs were
+    # kept per currency, priced in two)
+    baseline_unpriced = sorted(case_id for case_id, case in recorded if case.cost_micros is None and case.costs is None)
     if unpriced or baseline_unpriced:
         return CostChange(unpriced=unpriced, baseline_unpriced=baseline_unpriced)
-    now, then = _by_currency(money for money, _ in costs.values()), _by_currency(kept.values())
+    now = _by_currency(money for money, _ in costs.values())
+    then = _by_currency(case.costs for _, case in recorded if case.costs is not None)
+    single = sum(case.cost_micros for _, case in recorded if case.costs is None)
+    if single:
+        then[baseline.currency] = then.get(baseline.currency, 0) + single
     new = sorted(set(now) - set(then))
     if new and then:
         return CostChange(unlike=f"the run's cost is in {' and '.join(sorted(now))}, "
