@@ -380,7 +380,7 @@ class RunScope:
         tally = run._billed
         money = ({} if tally.currency is None and tally.unpriced_calls  # nothing priced: no figure at all
                  else {semconv.COST_MICROS: tally.cost_micros, semconv.CURRENCY: tally.currency or "USD"})
-        if any(part.calls for part in tally.other_currencies.values()):
+        if tally.other_currencies and any(part.calls for part in tally.other_currencies.values()):
             money[semconv.COSTS] = orjson.dumps(run.billed.costs(), option=orjson.OPT_SORT_KEYS).decode()
         if tally.unpriced_calls:
             money[semconv.UNPRICED_CALLS] = tally.unpriced_calls
