@@ -63,6 +63,7 @@ CODES: dict[str, str] = {
     "WB_EVAL_CASE_FAILED": "a case's target raised, and its suite declares errors as failures",
     "WB_EVAL_COST": "the cost per case rose more than --max-cost-increase allows",
     "WB_EVAL_COST_CURRENCY": "--max-cost-increase cannot compare the cost per case: the run's is in another currency than the baseline's",
+    "WB_EVAL_COST_UNPRICED": "--max-cost-increase cannot compare the cost per case: a call of the run, or of the baseline when it was recorded, had no price",
     "WB_EVAL_MISSING": "a declared prompt is not named by any eval suite",
     "WB_SPEND_ABOVE": "the spend in a cost report is above --fail-above (in total, or for a group with --by)",
     "WB_CHECK_EMPTY": "`workbench check` found no suites, prompts lock or cassettes to check",

@@ -92,6 +92,39 @@ def test_a_span_names_the_currency_of_its_cost(store, fake_provider, fake_url):
     assert (attributes["workbench.cost_micros"], attributes["workbench.currency"]) == (call["cost_micros"], "EUR")
 
 
+def test_a_run_span_keeps_every_currency_and_its_unpriced_calls(store, fake_provider, fake_url):
+    """A run that spent dollars and euros, with a call nothing priced: its span keeps the main
+    currency's figure beside its currency, every currency's money (`workbench.costs`) and the unpriced
+    calls (`workbench.unpriced_calls`); main's span had the dollars alone, the euros nowhere."""
+    workbench.register_model(id="wbt-euro", provider="openai", currency="EUR", input=100, output=500,
+                             context_window=200_000, max_output=64_000, source="a test's negotiated price",
+                             as_of="2025-01-01")
+    fake_provider.script(Reply(text="one", usage=U1), Reply(text="two", usage=U3), Reply(text="three", usage=U3))
+    client = _openai(fake_url)
+    with workbench.run("two currencies") as run:
+        for model in ("wbt-gpt", "wbt-euro", "wbt-nobody-prices"):
+            client.chat.completions.create(model=model, messages=MESSAGES)
+    costs = {call["model_requested"]: (call["cost_micros"], call["currency"]) for call in store.calls()}
+    assert costs["wbt-nobody-prices"] == (None, None)
+    (dollars, usd), (euros, eur) = costs["wbt-gpt"], costs["wbt-euro"]
+    assert (usd, eur) == ("USD", "EUR") and dollars > 0 and euros > 0
+    row = store.one("SELECT span_id FROM runs WHERE run_id = ?", [run.run_id])
+    attributes = json.loads(store.span(row["span_id"])["attributes"])
+    assert (attributes["workbench.cost_micros"], attributes["workbench.currency"]) == (dollars, "USD")
+    assert json.loads(attributes["workbench.costs"]) == {"USD": dollars, "EUR": euros}
+    assert attributes["workbench.unpriced_calls"] == 1
+
+
+def test_a_run_span_with_nothing_priced_shows_no_figure(store, fake_provider, fake_url):
+    fake_provider.script(Reply(text="one", usage=U1))
+    with workbench.run("unpriced") as run:
+        _openai(fake_url).chat.completions.create(model="wbt-nobody-prices", messages=MESSAGES)
+    row = store.one("SELECT span_id FROM runs WHERE run_id = ?", [run.run_id])
+    attributes = json.loads(store.span(row["span_id"])["attributes"])
+    assert attributes["workbench.unpriced_calls"] == 1
+    assert "workbench.cost_micros" not in attributes and "workbench.currency" not in attributes  # never 0 USD
+
+
 def test_run_without_calls_has_no_bill(store):
     with pytest.raises(KeyError) as raised, workbench.run("empty"):
         raise KeyError("x")

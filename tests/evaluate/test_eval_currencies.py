@@ -221,17 +221,35 @@ def test_the_cost_gate_never_compares_euros_with_a_dollar_baseline(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
 
 
-def test_a_baseline_keeps_costs_in_one_currency_only():
-    from workbench.evaluate.baseline import Baseline, baseline_costs, cost_change
+def test_a_baseline_keeps_each_currency_and_the_gate_compares_like_with_like():
+    from workbench.evaluate.baseline import Baseline, CostChange, baseline_costs, cost_change
 
-    assert baseline_costs({"a": (5, "EUR"), "b": (0, "USD"), "c": (None, None)}) == ({"a": 5, "b": 0, "c": None}, "EUR")
-    # cases priced in two currencies: no figure of either is kept under one currency
-    assert baseline_costs({"a": (5, "EUR"), "b": (7, "USD")}) == ({"a": None, "b": None}, None)
-    assert baseline_costs({"a": (0, "USD")}) == ({"a": 0}, None)
-    old = Baseline.model_validate({"format": 2, "suite": "s", "prompt": {"id": "p", "version": "v1", "hash": "h"},
-                                   "scorers": [], "tolerance": 0.05, "epochs": 1, "mean": 1.0,
-                                   "cases": {"a": {"score": 1.0, "cost_micros": 100}}})
+    assert baseline_costs({"a": ({"EUR": 5}, 0), "b": ({"USD": 0}, 0), "c": ({}, 1)}) == (
+        {"a": {"cost_micros": 5}, "b": {"cost_micros": 0}, "c": {"cost_micros": None}}, "EUR")
+    # cases priced in two currencies: each case's money kept per currency (main left it out, as None)
+    assert baseline_costs({"a": ({"EUR": 5}, 0), "b": ({"USD": 7}, 0)}) == (
+        {"a": {"cost_micros": None, "costs": {"EUR": 5}}, "b": {"cost_micros": None, "costs": {"USD": 7}}}, None)
+    assert baseline_costs({"a": ({"USD": 0}, 0)}) == ({"a": {"cost_micros": 0}}, None)
+    header = {"format": 2, "suite": "s", "prompt": {"id": "p", "version": "v1", "hash": "h"}, "scorers": [],
+              "tolerance": 0.05, "epochs": 1, "mean": 1.0}
+    old = Baseline.model_validate({**header, "cases": {"a": {"score": 1.0, "cost_micros": 100}}})
     assert old.currency == "USD"  # written before baselines named one: dollars, as every cost was shown then
-    assert cost_change({"a": (120, "USD")}, 1, old) == (0.2, None)
-    assert cost_change({"a": (100, "EUR")}, 1, old) == (None, "the run's cost is in EUR, the baseline's in USD")
-    assert cost_change({"a": (0, "EUR")}, 1, old) == (-1.0, None)  # nothing is nothing in any currency
+    assert cost_change({"a": ({"USD": 120}, 0)}, 1, old) == CostChange(changes={"USD": 0.2})
+    assert cost_change({"a": ({"EUR": 100}, 0)}, 1, old) == CostChange(
+        unlike="the run's cost is in EUR, the baseline's in USD")
+    assert cost_change({"a": ({"EUR": 0}, 0)}, 1, old).increase == -1.0  # nothing is nothing in any currency
+    # an unpriced call on either side: no verdict, naming the cases
+    assert cost_change({"a": ({"USD": 120}, 2)}, 1, old) == CostChange(unpriced=["a"])
+    unpriced = Baseline.model_validate({**header, "cases": {"a": {"score": 1.0, "cost_micros": None}}})
+    assert cost_change({"a": ({"USD": 120}, 0)}, 1, unpriced) == CostChange(baseline_unpriced=["a"])
+    # two currencies: each compared with itself; one the run no longer spends in fell by 100%
+    both = Baseline.model_validate({**header, "currency": None, "cases": {
+        "a": {"score": 1.0, "costs": {"USD": 100}}, "b": {"score": 1.0, "costs": {"EUR": 50, "USD": 100}}}})
+    assert cost_change({"a": ({"USD": 100}, 0), "b": ({"EUR": 60, "USD": 100}, 0)}, 1, both).changes == {
+        "USD": 0.0, "EUR": 0.2}
+    assert cost_change({"a": ({"USD": 100}, 0), "b": ({"USD": 150}, 0)}, 1, both).changes == {"USD": 0.25, "EUR": -1.0}
+    # nothing cost anything, then or now: unchanged; from nothing to some money: rose, with no ratio
+    free = Baseline.model_validate({**header, "currency": None, "cases": {"a": {"score": 1.0, "cost_micros": 0}}})
+    assert cost_change({"a": ({}, 0)}, 1, free).increase == 0.0
+    rose = cost_change({"a": ({"USD": 5}, 0)}, 1, free)
+    assert (rose.judged, rose.changes, rose.increase) == (True, {"USD": None}, None)

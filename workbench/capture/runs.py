@@ -195,6 +195,10 @@ def current_run() -> Run | None:
 
 
 class Run:
+    # the models of its unpriced calls (an eval's no-verdict names them); replaced, never added to in
+    # place: the shared empty default costs a run nothing when every call is priced
+    unpriced_models: frozenset[str] = frozenset()
+
     def __init__(self, name: str, kind: str, tags: dict, parent: Run | None, prompt: dict | None) -> None:
         self.run_id = new_id()
         # a name or tag is the app's own text and may hold a pasted key: masked as a call's text is,
@@ -251,6 +255,8 @@ class Run:
         with self._lock:
             billed = self._billed
             self._attributed += 1
+            if call.settled and call.cost_micros is None:
+                self.unpriced_models |= {call.model_served or call.model_requested or "an unnamed model"}
             if call.settled and call.replayed:  # never paid: counted apart, at what it would have cost
                 billed.replayed_calls += 1
                 if call.cost_micros is None:
@@ -369,9 +375,16 @@ class RunScope:
                     pass
             run.span.set_status(trace.Status(trace.StatusCode.ERROR, run.error_message[:200]))
             run.span.set_attribute(semconv.ERROR_TYPE, run.error_code or run.error_type)
-        # the bill's main currency's money, and that currency (one call: a span's lock taken once)
-        run.span.set_attributes({semconv.COST_MICROS: run._billed.cost_micros,
-                                 semconv.CURRENCY: run._billed.currency or "USD"})
+        # the bill's main currency's money and that currency; every currency's when there are two or
+        # more, and the unpriced calls: never a figure that leaves money out or shows unpriced as 0
+        tally = run._billed
+        money = ({} if tally.currency is None and tally.unpriced_calls  # nothing priced: no figure at all
+                 else {semconv.COST_MICROS: tally.cost_micros, semconv.CURRENCY: tally.currency or "USD"})
+        if tally.other_currencies and any(part.calls for part in tally.other_currencies.values()):
+            money[semconv.COSTS] = orjson.dumps(run.billed.costs(), option=orjson.OPT_SORT_KEYS).decode()
+        if tally.unpriced_calls:
+            money[semconv.UNPRICED_CALLS] = tally.unpriced_calls
+        run.span.set_attributes(money)  # one call: a span's lock taken once
         run.span.end(end_time=int(run.ended_at.timestamp() * 1e9))
         otel_context.detach(span_token)
         _current.reset(token)

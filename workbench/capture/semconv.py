@@ -24,6 +24,10 @@ SERVER_ADDRESS = "server.address"
 
 COST_MICROS = "workbench.cost_micros"
 CURRENCY = "workbench.currency"  # the currency COST_MICROS is in, beside it
+# a run's span: every currency's live money, exact (JSON, {"EUR": 3300, "USD": 1300}), when it spent in
+# two or more (COST_MICROS is then its main currency's alone); and its calls no price covered
+COSTS = "workbench.costs"
+UNPRICED_CALLS = "workbench.unpriced_calls"
 REPLAYED = "workbench.replayed"
 CALL_ID = "workbench.call_id"
 RUN_ID = "workbench.run_id"

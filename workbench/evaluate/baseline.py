@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +30,11 @@ PRECISION = 1e-6  # scores are kept to 6 places
 class CaseBaseline:
     score: float = Field(ge=0, le=1)  # the mean of the samples
     samples: list[float] | None = Field(default=None, min_length=2)  # each sample's score; None: one sample
-    cost_micros: int | None = Field(default=None, ge=0)  # every sample's cost, added
+    # every sample's cost, added, in the baseline's `currency`; None: a call was unpriced, or the money
+    # is in `costs`
+    cost_micros: int | None = Field(default=None, ge=0)
+    # the case's money per currency, when the baseline's is in two or more (its `currency` then null)
+    costs: dict[str, int] | None = None
 
     @model_validator(mode="after")
     def _samples_in_range(self) -> CaseBaseline:
@@ -66,8 +70,8 @@ class Baseline(BaseModel):
     mean: float = Field(ge=0, le=1)
     cost_micros: int | None = Field(default=None, ge=0)
     # the currency of every cost in the baseline (`cost_micros`, each case's). Absent (written before
-    # it was kept): USD, the currency every cost was shown in then. None: no cost above zero in one
-    # currency (nothing priced, or cases priced in two, whose costs are then left out)
+    # it was kept): USD, the currency every cost was shown in then. None: no money in any currency, or
+    # money in two or more, each case's then kept per currency (`CaseBaseline.costs`)
     currency: str | None = "USD"
     cases: dict[str, CaseBaseline] = Field(min_length=1)
 
@@ -76,6 +80,8 @@ class Baseline(BaseModel):
         uneven = sorted(case_id for case_id, case in self.cases.items() if len(case.values) != self.epochs)
         if uneven:
             raise ValueError(f"cases {', '.join(uneven[:5])} do not have {self.epochs} samples (epochs)")
+        if self.currency is None and any(case.cost_micros for case in self.cases.values()):
+            raise ValueError("a case has a cost_micros, but the baseline names no currency it is in")
         return self
 
 
@@ -127,7 +133,7 @@ def read_baseline(path: Path, suite: str) -> Baseline:
 def dump_baseline(baseline: Baseline) -> str:
     """Stable text: header keys sorted, then one case a line, sorted by id."""
     data = baseline.model_dump(mode="json")
-    cases = {case_id: {key: value for key, value in case.items() if not (key == "samples" and value is None)}
+    cases = {case_id: {key: value for key, value in case.items() if not (key in ("samples", "costs") and value is None)}
              for case_id, case in data.pop("cases").items()}
     lines = ["{"]
     for key in sorted(data):
@@ -168,6 +174,30 @@ class CaseVerdict:
     error: str | None = None
 
 
+@dataclass(slots=True)
+class CostChange:
+    """The cost per sample (one run of one case) against the baseline's, like with like: per
+    currency. No verdict on the cost when a call on either side was unpriced, or when the run's money
+    is in a currency the baseline's is not (no exact rate converts one into the other)."""
+
+    changes: dict[str, float | None] = field(default_factory=dict)  # by currency; None: rose from nothing
+    unpriced: list[str] = field(default_factory=list)  # cases of the run with a call no price covers
+    baseline_unpriced: list[str] = field(default_factory=list)  # cases the baseline keeps no cost for
+    unlike: str | None = None  # why the currencies differ
+
+    @property
+    def judged(self) -> bool:
+        return not (self.unpriced or self.baseline_unpriced or self.unlike)
+
+    @property
+    def increase(self) -> float | None:
+        """The largest change over the currencies (0 when neither side cost anything); None: no
+        verdict, or a currency rose from nothing (no ratio)."""
+        if not self.judged or None in self.changes.values():
+            return None
+        return max(self.changes.values(), default=0.0)
+
+
 @dataclass
 class Verdict:
     suite: str
@@ -178,11 +208,12 @@ class Verdict:
     cases: list[CaseVerdict]
     mean_failed: bool
     mean_p_value: float | None
-    cost_increase: float | None  # relative change of the cost per sample; None: not comparable
-    cost_failed: bool
-    # why the costs could not be compared though priced: the run's is in another currency than the
-    # baseline's (no exact rate converts one into the other). None: they are alike
-    cost_unlike: str | None = None
+    cost: CostChange
+    cost_failed: bool  # rose past --max-cost-increase, or no verdict on the cost when it was asked for
+
+    @property
+    def cost_increase(self) -> float | None:
+        return self.cost.increase
 
     @property
     def passed(self) -> bool:
@@ -204,7 +235,15 @@ def _dropped(before: list[list[float]], after: list[list[float]], tolerance: flo
     return test.is_real(confidence), test.p_value
 
 
-Cost = tuple[int | None, str | None]  # a case's cost and its currency (`CaseResult.cost`)
+CaseCost = tuple[dict[str, int], int]  # a case's money by currency, and its unpriced calls (`CaseResult.costs`)
+
+
+def one_cost(costs: dict[str, int], unpriced: int) -> tuple[int | None, str | None]:
+    """The one figure of costs in one currency with nothing unpriced, and its currency; `(None, None)`
+    when a call was unpriced or calls were priced in two currencies (no figure is their sum)."""
+    if unpriced or len(costs) > 1:
+        return None, None
+    return next(iter(costs.values()), 0), next(iter(costs), None)
 
 
 def in_currency(micros: int | None, currency: str | None, wanted: str | None) -> int | None:
@@ -214,7 +253,7 @@ def in_currency(micros: int | None, currency: str | None, wanted: str | None) ->
 
 
 def judge(
-    suite: str, samples: dict[str, list[float]], costs: dict[str, Cost], baseline: Baseline,
+    suite: str, samples: dict[str, list[float]], costs: dict[str, CaseCost], baseline: Baseline,
     tolerance: float, max_cost_increase: float | None = None, confidence: float = 0.95,
     errors: dict[str, str] | None = None, epochs: int = 1,
 ) -> Verdict:
@@ -223,7 +262,7 @@ def judge(
     mean on both sides. Cases
     must match the baseline's exactly: a new or a missing case cannot be judged
     (WB_EVAL_BASELINE_INVALID, re-record to accept it). `costs` are per case, over its `epochs`
-    samples, each with its currency: compared with the baseline's only in the baseline's currency."""
+    samples, by currency: compared with the baseline's per currency (`cost_change`)."""
     errors = errors or {}
     ran = set(samples) | set(errors)
     new = sorted(ran - set(baseline.cases))
@@ -240,7 +279,7 @@ def judge(
     cases = []
     for case_id in sorted(ran):
         recorded = baseline.cases[case_id]
-        cost, currency = costs.get(case_id, (None, None))
+        cost, currency = one_cost(*costs.get(case_id, ({}, 1)))
         values = samples.get(case_id, [])
         score = stats.mean(values) if values else None
         failed, p_value = _dropped([recorded.values], [values], tolerance, confidence) if values else (True, None)
@@ -249,7 +288,8 @@ def judge(
             baseline=recorded.score, baseline_spread=stats.spread(recorded.values),
             baseline_samples=len(recorded.values), delta=None if score is None else score - recorded.score,
             p_value=p_value, cost_micros=cost,
-            baseline_cost_micros=in_currency(recorded.cost_micros, baseline.currency, currency),
+            baseline_cost_micros=in_currency(recorded.cost_micros, baseline.currency, currency) if recorded.costs is None
+            else in_currency(*one_cost(recorded.costs, 0), currency),
             failed=failed, error=errors.get(case_id),
         ))
     judged = sorted(samples)
@@ -262,33 +302,66 @@ def judge(
         mean_failed, mean_p_value = _dropped([baseline.cases[case_id].values for case_id in judged],
                                              [samples[case_id] for case_id in judged], tolerance, confidence)
         mean_failed = mean_failed and baseline_mean - mean > tolerance + EPSILON
-    cost_increase, cost_unlike = cost_change(costs, epochs, baseline)
-    cost_failed = max_cost_increase is not None and (cost_increase is None or cost_increase > max_cost_increase + EPSILON)
+    cost = cost_change(costs, epochs, baseline)
+    cost_failed = max_cost_increase is not None and (cost.increase is None or cost.increase > max_cost_increase + EPSILON)
     return Verdict(
         suite=suite, mean=mean, baseline_mean=baseline_mean, tolerance=tolerance, confidence=confidence,
-        cases=cases, mean_failed=mean_failed, mean_p_value=mean_p_value, cost_increase=cost_increase,
-        cost_failed=cost_failed, cost_unlike=cost_unlike,
+        cases=cases, mean_failed=mean_failed, mean_p_value=mean_p_value, cost=cost, cost_failed=cost_failed,
     )
 
 
-def cost_change(costs: dict[str, Cost], epochs: int, baseline: Baseline) -> tuple[float | None, str | None]:
-    """The relative change of the cost per sample (one run of one case) against the baseline's:
-    like with like whatever the epochs of either, and in one currency. None: not comparable (an
-    unpriced call, no cost), with why when the run's money is in another currency than the baseline's."""
-    unlike = sorted({currency for micros, currency in costs.values() if micros and currency != baseline.currency})
-    if unlike and baseline.currency is not None:
-        return None, f"the run's cost is in {' and '.join(unlike)}, the baseline's in {baseline.currency}"
-    now = [micros for micros, _ in costs.values()]
-    then = [baseline.cases[case_id].cost_micros for case_id in costs]
-    if any(value is None for value in now + then) or not sum(then):
-        return None, None
+def _by_currency(costs) -> dict[str, int]:
+    """Money by currency, summed over cases; a currency with no money is left out (nothing is nothing
+    in any currency)."""
+    summed: dict[str, int] = {}
+    for money in costs:
+        for currency, micros in money.items():
+            if micros:
+                summed[currency] = summed.get(currency, 0) + micros
+    return summed
+
+
+def cost_change(costs: dict[str, CaseCost], epochs: int, baseline: Baseline) -> CostChange:
+    """The relative change of the cost per sample (one run of one case) against the baseline's, per
+    currency: like with like whatever the epochs of either. A currency the run no longer spends in
+    fell by 100%; one it spends in and the baseline did not (while the baseline spent in another) is
+    no verdict; a baseline that cost nothing anywhere against a run that costs: rose from nothing."""
+    unpriced = sorted(case_id for case_id, (_, calls) in costs.items() if calls)
+    recorded = [(case_id, baseline.cases[case_id]) for case_id in costs]
+    # a case keeps its money in the baseline's currency (`cost_micros`), or per currency (`costs`), or
+    # no figure: a call was unpriced when it was recorded (or, in a baseline from before costs were
+    # kept per currency, priced in two)
+    baseline_unpriced = sorted(case_id for case_id, case in recorded if case.cost_micros is None and case.costs is None)
+    if unpriced or baseline_unpriced:
+        return CostChange(unpriced=unpriced, baseline_unpriced=baseline_unpriced)
+    now = _by_currency(money for money, _ in costs.values())
+    then = _by_currency(case.costs for _, case in recorded if case.costs is not None)
+    single = sum(case.cost_micros for _, case in recorded if case.costs is None)
+    if single:
+        then[baseline.currency] = then.get(baseline.currency, 0) + single
+    new = sorted(set(now) - set(then))
+    if new and then:
+        return CostChange(unlike=f"the run's cost is in {' and '.join(sorted(now))}, "
+                                 f"the baseline's in {' and '.join(sorted(then))}")
     # exact integers until this one division: cost now x samples then vs cost then x samples now
-    return (sum(now) * baseline.epochs - sum(then) * epochs) / (sum(then) * epochs), None
+    changes: dict[str, float | None] = {
+        currency: (now.get(currency, 0) * baseline.epochs - micros * epochs) / (micros * epochs)
+        for currency, micros in then.items()}
+    return CostChange(changes={**changes, **dict.fromkeys(new)})
 
 
-def baseline_costs(costs: dict[str, Cost]) -> tuple[dict[str, int | None], str | None]:
-    """Cases' costs as a baseline keeps them: the one currency their money is in (None: none, or two),
-    and each case's figure in it (a figure in another currency left out, as None)."""
-    currencies = {currency for micros, currency in costs.values() if micros}
-    currency = currencies.pop() if len(currencies) == 1 else None
-    return {case_id: in_currency(micros, of, currency) for case_id, (micros, of) in costs.items()}, currency
+def baseline_costs(costs: dict[str, CaseCost]) -> tuple[dict[str, dict], str | None]:
+    """Cases' costs as a baseline keeps them (each a `CaseBaseline`'s cost fields), and the currency
+    of its money: in one currency (or none), each case's `cost_micros` in it; in two or more, each
+    case's `costs` by currency (the currency None). A case with an unpriced call keeps no figure."""
+    currencies = {currency for money, _ in costs.values() for currency, micros in money.items() if micros}
+    currency = next(iter(currencies)) if len(currencies) == 1 else None
+
+    def kept(money: dict[str, int], unpriced: int) -> dict:
+        if unpriced:
+            return {"cost_micros": None}
+        if len(currencies) > 1:
+            return {"cost_micros": None, "costs": {of: micros for of, micros in money.items() if micros}}
+        return {"cost_micros": sum(money.values())}  # in `currency`: any other's is 0
+
+    return {case_id: kept(*cost) for case_id, cost in costs.items()}, currency

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from workbench.config import RecordMode
 from workbench.errors import WorkbenchError
 from workbench.evaluate import stats
-from workbench.evaluate.baseline import Baseline, CaseBaseline, PromptRef, Verdict, baseline_costs, judge
+from workbench.evaluate.baseline import Baseline, CaseBaseline, PromptRef, Verdict, baseline_costs, judge, one_cost
 from workbench.evaluate.gate import check_released
-from workbench.evaluate.runner import EvalRun, Network, costs_of, one_cost, run_suite, store_eval_run
+from workbench.evaluate.runner import EvalRun, Network, costs_of, run_suite, store_eval_run
 from workbench.evaluate.scorers import as_text
 from workbench.evaluate.suite import Suite, check_confidence
 from workbench.ids import new_id
@@ -97,14 +97,14 @@ class Matrix:
 
 def _as_baseline(eval_run: EvalRun, case_ids: list[str]) -> Baseline:
     results = {result.case_id: result for result in eval_run.results}
-    costs, currency = baseline_costs({case_id: results[case_id].cost for case_id in case_ids})
+    costs, currency = baseline_costs({case_id: results[case_id].costs for case_id in case_ids})
     return Baseline(
         format=2, suite=eval_run.suite.name,
         prompt=PromptRef(id=eval_run.prompt.id, version=eval_run.prompt.version, hash=eval_run.prompt.hash),
         scorers=[scorer.name for scorer in eval_run.suite.scorers], tolerance=eval_run.suite.tolerance,
         epochs=eval_run.epochs, mean=round(stats.mean([results[case_id].score for case_id in case_ids]), 6),
         currency=currency,
-        cases={case_id: CaseBaseline(score=results[case_id].score, cost_micros=costs[case_id],
+        cases={case_id: CaseBaseline(score=results[case_id].score, **costs[case_id],
                                      samples=results[case_id].values if eval_run.epochs > 1 else None)
                for case_id in case_ids},
     )
@@ -120,7 +120,7 @@ def against(cell: EvalRun, reference: EvalRun, confidence: float) -> Verdict | N
     if not common:
         return None
     tolerance = cell.suite.tolerance
-    costs = {result.case_id: result.cost for result in cell.results if result.case_id in theirs and result.case_id in ours}
+    costs = {result.case_id: result.costs for result in cell.results if result.case_id in theirs and result.case_id in ours}
     fell = judge(cell.suite.name, {case_id: ours[case_id] for case_id in common}, costs,
                  _as_baseline(reference, common), tolerance, confidence=confidence, epochs=cell.epochs)
     rose = judge(cell.suite.name, {case_id: theirs[case_id] for case_id in common}, {},

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from workbench.config import RecordMode
 from workbench.errors import WorkbenchError
 from workbench.evaluate.baseline import (
-    Baseline, CaseBaseline, PromptRef, Verdict, baseline_costs, in_currency, judge, read_baseline, write_baseline,
+    Baseline, CaseBaseline, CostChange, PromptRef, Verdict, baseline_costs, in_currency, judge, one_cost,
+    read_baseline, write_baseline,
 )
 from workbench.evaluate.prompts import check_lock, prompts
-from workbench.evaluate.runner import EvalRun, Network, one_cost, run_suite, store_eval_run
+from workbench.evaluate.runner import EvalRun, Network, run_suite, store_eval_run
 from workbench.evaluate.suite import Suite, check_confidence, require_cases
 
 RECORD_ENV = "WORKBENCH_EVAL_RECORD"
@@ -84,7 +85,7 @@ def evaluate(
         return Outcome(eval_run, baseline, None, error)
     verdict = judge(
         suite.name, {result.case_id: result.values for result in eval_run.judged},
-        {result.case_id: result.cost for result in eval_run.results}, baseline, suite.tolerance,
+        {result.case_id: result.costs for result in eval_run.results}, baseline, suite.tolerance,
         max_cost_increase, confidence, errors={result.case_id: _describe(result.error) for result in errored},
         epochs=eval_run.epochs,
     )
@@ -134,7 +135,7 @@ def errored_error(eval_run: EvalRun, what: str) -> WorkbenchError:
 
 def baseline_of(eval_run: EvalRun) -> Baseline:
     prompt = eval_run.prompt
-    costs, currency = baseline_costs({result.case_id: result.cost for result in eval_run.results})
+    costs, currency = baseline_costs({result.case_id: result.costs for result in eval_run.results})
     return Baseline(
         format=2, suite=eval_run.suite.name, prompt=PromptRef(id=prompt.id, version=prompt.version, hash=prompt.hash),
         scorers=[scorer.name for scorer in eval_run.suite.scorers], tolerance=eval_run.suite.tolerance,
@@ -142,7 +143,7 @@ def baseline_of(eval_run: EvalRun) -> Baseline:
         cost_micros=in_currency(*one_cost(*eval_run.costs), currency),
         cases={
             result.case_id: CaseBaseline(score=result.score, samples=result.values if len(result.values) > 1 else None,
-                                         cost_micros=costs[result.case_id])
+                                         **costs[result.case_id])
             for result in eval_run.results
         },
     )
@@ -183,18 +184,47 @@ def regression_of(eval_run: EvalRun, verdict: Verdict, max_cost_increase: float 
         )
     if verdict.mean_failed or any(case.failed for case in verdict.cases):
         return WorkbenchError("WB_EVAL_THRESHOLD", scores, fix)
-    if verdict.cost_unlike:  # no verdict on the cost: never a pass, and not a regression either
-        return WorkbenchError(
-            "WB_EVAL_COST_CURRENCY",
-            f"suite {eval_run.suite.name}: --max-cost-increase cannot judge the cost per case: {verdict.cost_unlike} "
-            f"({eval_run.suite.baseline_path.name}), and no exact rate converts one into the other; {where}",
-            f"price the suite's models in the baseline's currency (models.toml), or accept the new currency: "
-            f"workbench eval {eval_run.suite.name} --record-baseline, and commit {eval_run.suite.baseline_path.name}",
-        )
-    increase = "not comparable (a call was unpriced)" if verdict.cost_increase is None else f"{verdict.cost_increase:+.1%}"
+    cost = verdict.cost
+    if not cost.judged:  # no verdict on the cost: never a pass, and not a regression either
+        return _cost_unjudged(eval_run, cost, where)
+    changes = ", ".join(("from nothing" if change is None else f"{change:+.1%}")
+                        + (f" in {currency}" if len(cost.changes) > 1 or change is None else "")
+                        for currency, change in cost.changes.items())
     return WorkbenchError(
         "WB_EVAL_COST",
-        f"suite {eval_run.suite.name}: cost per case changed {increase} against the baseline, "
+        f"suite {eval_run.suite.name}: cost per case changed {changes} against the baseline, "
         f"over --max-cost-increase {max_cost_increase:.0%}; {where}",
         fix,
+    )
+
+
+def _cost_unjudged(eval_run: EvalRun, cost: CostChange, where: str) -> WorkbenchError:
+    """Why --max-cost-increase has no verdict: the run's or the baseline's calls unpriced (naming the
+    cases, the calls and their models), or their money in unlike currencies."""
+    name, baseline = eval_run.suite.name, eval_run.suite.baseline_path.name
+    accept = f"workbench eval {name} --record-baseline, and commit {baseline}"
+    cannot = f"suite {name}: --max-cost-increase cannot judge the cost per case: "
+    if cost.unlike:
+        return WorkbenchError(
+            "WB_EVAL_COST_CURRENCY",
+            f"{cannot}{cost.unlike} ({baseline}), and no exact rate converts one into the other; {where}",
+            f"price the suite's models in the baseline's currency (models.toml), or accept the new currency: {accept}",
+        )
+    if cost.unpriced:
+        unpriced = [result for result in eval_run.results if result.case_id in set(cost.unpriced)]
+        calls = sum(result.costs[1] for result in unpriced)
+        models = sorted({model for result in unpriced for sample in result.samples for model in sample.unpriced_models})
+        return WorkbenchError(
+            "WB_EVAL_COST_UNPRICED",
+            f"{cannot}{calls} call{'' if calls == 1 else 's'} in cases {_named(cost.unpriced)} had no price"
+            f"{' (models ' + ', '.join(models) + ')' if models else ''}, and an unpriced call is never taken "
+            f"as free; {where}",
+            f"price {'them' if not models else ', '.join(models)} in models.toml (a [[model]] row; "
+            f"`workbench models NAME` shows what a model is priced at), then run `workbench eval {name}` again",
+        )
+    return WorkbenchError(
+        "WB_EVAL_COST_UNPRICED",
+        f"{cannot}the baseline ({baseline}) keeps no cost for cases {_named(cost.baseline_unpriced)} (a call was "
+        f"unpriced when it was recorded, or, recorded before costs were kept per currency, priced in two); {where}",
+        f"price the suite's models in models.toml, then re-record the baseline: {accept}",
     )

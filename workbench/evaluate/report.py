@@ -18,7 +18,8 @@ from rich.text import Text
 from workbench.evaluate import stats
 from workbench.evaluate.gate import Outcome
 from workbench.evaluate.scorers import as_text
-from workbench.evaluate.runner import bill_costs, one_cost
+from workbench.evaluate.baseline import one_cost
+from workbench.evaluate.runner import bill_costs
 from workbench.money import format_costs
 
 if TYPE_CHECKING:  # imported by the JUnit writer alone: an eval without --junit never loads it

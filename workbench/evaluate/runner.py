@@ -33,6 +33,7 @@ from workbench.capture.runs import Billed
 from workbench.config import RecordMode, settings
 from workbench.errors import WorkbenchError
 from workbench.evaluate import stats
+from workbench.evaluate.baseline import one_cost
 from workbench.evaluate.prompts import Prompt, prompts
 from workbench.evaluate.scorers import Score, ScoreContext, as_text
 from workbench.evaluate.suite import Case, Suite, check_epochs
@@ -174,6 +175,7 @@ class Sample:
     # currency, and the calls nothing priced (counted, never taken as free)
     other_costs: dict[str, int] | None = None
     unpriced_calls: int = 0
+    unpriced_models: tuple[str, ...] = ()  # the models of those calls, to name what to price
     # the mean of the gated scores, to 6 places (the precision baselines keep); None when the
     # sample ended in an error. Computed once: a sample never changes, and the gate and the
     # reports ask again and again
@@ -206,14 +208,6 @@ def bill_costs(billed: Billed | None) -> tuple[dict[str, int], int]:
     costs = {currency: part.cost_micros + part.replayed_cost_micros for currency, part in billed.by_currency().items()
              if part.calls or part.replayed_calls}
     return costs, billed.unpriced_calls + billed.replayed_unpriced_calls
-
-
-def one_cost(costs: dict[str, int], unpriced: int) -> tuple[int | None, str | None]:
-    """The one figure of costs in one currency with nothing unpriced, and its currency; `(None, None)`
-    when a call was unpriced or calls were priced in two currencies (no figure is their sum)."""
-    if unpriced or len(costs) > 1:
-        return None, None
-    return next(iter(costs.values()), 0), next(iter(costs), None)
 
 
 def stored_costs(costs: dict[str, int], unpriced: int) -> dict:
@@ -589,10 +583,12 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
     cost = case_run.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
     # unpriced or in two currencies (rare): the parts kept, from the run's bill
     other_costs, unpriced = ({}, 0) if cost is not None else bill_costs(case_run.billed)
+    unpriced_models = tuple(sorted(case_run.unpriced_models)) if unpriced else ()
     text = None if output is None else as_text(output)[:OUTPUT_CHARS]  # the object itself is not kept
     at, size = (0, 0) if text is None else eval_run.outputs.keep(text)
     sample = Sample(context.epoch, None if text is None else eval_run.outputs, at, size, scores, cost, case_run.run_id,
-                    latency_ms, live[0] > 0, error, stage, case_run.currency, other_costs or None, unpriced)
+                    latency_ms, live[0] > 0, error, stage, case_run.currency, other_costs or None, unpriced,
+                    unpriced_models)
     recorder().spool.append("eval_sample", {  # stored now: nothing a killed eval finished is lost
         "eval_run_id": eval_run.eval_run_id, "case_id": case.id, "epoch": sample.epoch,
         "run_id": sample.run_id, "score": sample.score, **stored_costs(*costs_of((sample,))),
