@@ -171,6 +171,23 @@ def test_a_rising_cost_per_case_fails_the_cost_gate(examples, store):
     assert evaluate(suite, max_cost_increase=0.3, network=no_network()).exit_code == 0
 
 
+def test_a_scorer_sees_the_calls_its_case_made_through_the_runtime(examples, store):
+    """`llm()` makes its calls in a run of its own inside the case's: the scorer's `context.calls` has them."""
+    suite_file = examples / "evals" / "classifier.py"
+    suite_file.write_text(suite_file.read_text().replace(
+        "[exact(\"category\"), json_valid()]", "[exact(\"category\"), json_valid(), seen]", 1).replace(
+        "suite = define_eval(", "SEEN = {}\n\n\ndef seen(context):\n    SEEN[context.case_id] = list(context.calls)\n"
+        "    return 1.0\n\n\nsuite = define_eval(", 1))
+    suite = load_suites([suite_file])["classifier"]
+    outcome = evaluate(suite, network=no_network())
+    assert outcome.exit_code == 0, outcome.error
+    seen = next(scorer.function.__globals__["SEEN"] for scorer in suite.scorers if scorer.name == "seen")
+    assert sorted(seen) == sorted(case.id for case in suite.cases)
+    for case_id, calls in seen.items():
+        assert len(calls) == 1, case_id  # the one classifier call, not the judge's (none here) nor another case's
+        assert calls[0].model_requested == "claude-haiku-4-5" and calls[0].replayed
+
+
 def test_replay_never_builds_a_network_transport(examples, store):
     """Building an httpx2 network transport costs an SSL context (~20-60 ms): replay must not pay it
     per case (it did: 1,000 cases spent most of their time loading CA certificates)."""

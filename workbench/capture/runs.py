@@ -217,6 +217,10 @@ class Run:
         self.started_at = clock.now()
         self.ended_at: datetime | None = None
         self.calls: list[Call] = []
+        # keeps the calls of the runs inside it too: an eval case's, whose scorers read every call the
+        # case made (`llm()` makes its calls in a run of its own); other runs keep only their own, so a
+        # long-lived outer run holds no list of every call
+        self.gathers = False
         self.span: trace.Span | None = None
         self.resumed_from_run_id: str | None = None
         # what answers this run's calls (and its inner runs') before the network: a resumed run's
@@ -288,6 +292,8 @@ class Run:
         run: Run | None = self
         while run is not None:
             run._charge(call)
+            if run.gathers and run is not self:
+                run.calls.append(call)
             run = run.parent
 
     def row(self) -> dict:

@@ -553,6 +553,7 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
         with run(f"eval:{suite.name}:{case.id}", kind="eval_case", prompt=context.prompt.ref, suite=suite.name,
                  case=case.id, vars=vars_json(case.vars),
                  **tags) as case_run:
+            case_run.gathers = True  # the scorers read every call the case made, in runs inside it too
             if suite.target is not None:
                 output = await _call(suite.target, case.vars, context)
             else:
