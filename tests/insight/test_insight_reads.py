@@ -29,7 +29,10 @@ def test_older_entries_names_the_latest_writer_per_lineage_and_key(tmp_path):
         for call_id, lineage, second, keys, written in rows:
             con.execute("INSERT INTO call_prefixes (call_id, lineage, clock_at, keys, written) VALUES (?, ?, ?, ?, ?)",
                         [call_id, lineage, _at(second), keys, written])
-        found = lambda lineages, keys, before=None: sorted(q.older_entries(con, lineages, keys, before).rows())  # noqa: E731
+
+        def found(lineages: list[str], keys: list[int], before: datetime | None = None) -> list[tuple]:
+            return sorted(q.older_entries(con, lineages, keys, before).rows())
+
         assert found(["A"], [10, 20, 30, 40]) == [("A", 10, "a4"), ("A", 20, "a1"), ("A", 30, "a3")]
         assert found(["A", "B"], [10]) == [("A", 10, "a4"), ("B", 10, "b1")]
         assert found(["A"], [10, 30], _at(4)) == [("A", 10, "a1"), ("A", 30, "a3")]
