@@ -252,14 +252,21 @@ def _readable(value) -> str:
 
 
 def _common_ends(old: str, new: str) -> tuple[int, int]:
-    """How many characters the two texts share at the start, and then at the end."""
-    start = 0
-    while start < min(len(old), len(new)) and old[start] == new[start]:
-        start += 1
-    end = 0
-    while end < min(len(old), len(new)) - start and old[-1 - end] == new[-1 - end]:
-        end += 1
-    return start, end
+    """How many characters the two texts share at the start, and then at the end. (Found by halving,
+    each step one comparison of slices: a character at a time in Python, two system prompts of 6,000
+    characters that differ at their end were 15% of ingesting a suite whose prompts change so.)"""
+    shortest = min(len(old), len(new))
+    start = _longest(lambda size: old[:size] == new[:size], shortest)
+    return start, _longest(lambda size: old[len(old) - size:] == new[len(new) - size:], shortest - start)
+
+
+def _longest(same, most: int) -> int:
+    """The largest size up to `most` that `same` holds for (it holds for every size up to that one)."""
+    low, high = 0, most
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if same(middle) else (low, middle - 1)
+    return low
 
 
 def _unchanged_share(old: str, new: str) -> float:

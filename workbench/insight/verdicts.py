@@ -211,6 +211,8 @@ class Lineage:
         self.by_lead = {key: call for key, call in self.by_lead.items() if call.clock >= since}
         held = {id(call): call for call in (*self.by_prefix.values(), *self.by_block.values())}
         if len(held) > CALLS_KEPT:  # the lead shapes are few: their latest calls stay
+            # a sort, not `heapq`: the held calls come nearly in order, which the sort runs through
+            # (~4,800 held calls of a suite's drains: 1.1 ms; heapq.nlargest 7.0, nsmallest 2.2)
             cut = sorted(map(order, held.values()), reverse=True)[CALLS_KEPT]
             self.by_prefix = {key: call for key, call in self.by_prefix.items() if order(call) > cut}
             self.by_block = {key: call for key, call in self.by_block.items() if order(call) > cut}
