@@ -498,8 +498,10 @@ def test_the_overviews_run_totals_and_top_run_names_read_the_selected_runs_once(
             built = _Sql(f)
             runs = _frame(con, built.with_() + "SELECT parent_run_id IS NULL AS top, status FROM fr", built.params)
             top = runs.filter(pl.col("top"))
-            expected = pl.DataFrame({"runs": [top.height], **{status: [top.filter(pl.col("status") == status).height]
-                                     for status in ("failed", "ok", "running")}, "nested_runs": [runs.height - top.height]})
+            expected = pl.DataFrame({"runs": [top.height],
+                                     **{status: [top.filter(pl.col("status") == status).height]
+                                        for status in ("failed", "ok", "running")},
+                                     "nested_runs": [runs.height - top.height]})
             assert_frame_equal(out["run_totals"], expected, check_dtypes=False)
             assert out["top_run_names"]["runs"].sum() == top.height
             assert_frame_equal(out["top_run_names"], q.top_run_names(con, f), check_exact=True)

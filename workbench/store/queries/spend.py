@@ -216,7 +216,8 @@ def _run_groups(con: duckdb.DuckDBPyConnection, f: Filters) -> pl.DataFrame:
     each read of the runs picks those out of every run (~80 ms at 1,000,000 runs)."""
     return scoped(con, f, "run_groups", lambda: _q(con, f, f"""
         , sums AS ({bill_sums("fr", "true", "r.parent_run_id IS NULL AS top_level, r.name, r.status", _MONEY_PARTS)})
-        SELECT r.top_level, r.name, r.status, r.currency, {", ".join(f"r.{name}::BIGINT AS {name}" for name in _MONEY_PARTS)}
+        SELECT r.top_level, r.name, r.status, r.currency,
+               {", ".join(f"r.{name}::BIGINT AS {name}" for name in _MONEY_PARTS)}
         FROM sums r"""))
 
 
