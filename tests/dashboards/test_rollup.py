@@ -473,6 +473,63 @@ def test_the_overviews_tables_read_after_its_headline_take_the_spend_cube_it_kep
             _frames_equal(shared, q.overview_page(con, f))
 
 
+def test_the_overviews_run_totals_and_top_run_names_read_the_selected_runs_once(dashboard_db):
+    """Under a run name, tag or call-level filter the Overview's run totals (headline) and top run names
+    (tables) regroup one read of the runs the filters select, shared by the two parts on their own
+    connections (`scope`'s `kept`): under a tag at 10,000,000 calls each read picked its runs out of
+    every run. Their figures are the runs counted
+    one by one, and the names those of the bills summed (`test_summed_bills_are_their_rows_summed`)."""
+    from workbench.store.queries import _base
+
+    with open_store(dashboard_db, read_only=True) as con:
+        for f in (q.Filters(), *PART_FILTERS):
+            sets, kept, reads = q.run_sets(con, f), {}, []
+            out = {}
+            for part_of in (q.run_totals, q.top_run_names):
+                part = con.cursor()  # another connection, as the dashboard's two reads
+                try:
+                    with scope(part, f, sets, kept), mock.patch.object(_base, "_frame", wraps=_base._frame) as read:
+                        out[part_of.__name__] = part_of(part, f)
+                    reads += [call.args[1] for call in read.call_args_list]
+                finally:
+                    part.close()
+            # with no run or call filter the totals are counted apart: the headline reads no bill
+            assert len([sql for sql in reads if "FROM runs" in sql]) == (1 if f.run_level or f.call_level else 2), reads
+            built = _Sql(f)
+            runs = _frame(con, built.with_() + "SELECT parent_run_id IS NULL AS top, status FROM fr", built.params)
+            top = runs.filter(pl.col("top"))
+            expected = pl.DataFrame({"runs": [top.height],
+                                     **{status: [top.filter(pl.col("status") == status).height]
+                                        for status in ("failed", "ok", "running")},
+                                     "nested_runs": [runs.height - top.height]})
+            assert_frame_equal(out["run_totals"], expected, check_dtypes=False)
+            assert out["top_run_names"]["runs"].sum() == top.height
+            assert_frame_equal(out["top_run_names"], q.top_run_names(con, f), check_exact=True)
+
+
+def test_the_top_runs_under_a_run_name_or_tag_are_read_among_the_costliest_runs_first(dashboard_db):
+    """Under a run name, tag or call-level filter the top runs are looked for among the store's
+    costliest runs first (picking the selected runs out of every run was most of the read at
+    1,000,000 runs), and all the runs are read only when fewer than the runs shown were among them:
+    either way the top runs of all the runs, whatever the share read first."""
+    from workbench.store.queries import _base, spend
+
+    with open_store(dashboard_db, read_only=True) as con:
+        first_only = again = 0
+        for f in (q.Filters(), q.Filters(run_names=("chat-app", "batch")), *PART_FILTERS):
+            every = q.top_runs(con, f, limit=1000)
+            for limit in (1, 2, 3):
+                shown = every.filter(pl.col("run_id").is_in(every["run_id"].unique(maintain_order=True).head(limit)))
+                for picked in (1, 2, 50):
+                    with mock.patch.object(spend, "_PICKED_PER_SHOWN", picked), \
+                            mock.patch.object(_base, "_frame", wraps=_base._frame) as read:
+                        assert_frame_equal(q.top_runs(con, f, limit=limit), shown, check_exact=True)
+                    statements = [call.args[1] for call in read.call_args_list]
+                    first_only += len(statements) == 1 and f"LIMIT {picked * limit})" in statements[0]
+                    again += len(statements) == 2
+        assert first_only and again  # both ways taken: all found among the costliest, and not
+
+
 def test_under_a_run_name_or_tag_cache_savings_and_write_fates_sum_per_run_rollups(tmp_path):
     """A run name or tag, which the daily rollups cannot answer: with no long-context price tier (a
     call's tier is its own), cache savings sum the selected runs' rows of `rollup.CACHE_RUNS` (at

@@ -121,10 +121,11 @@ class _Sql:
                 + " UNION SELECT r.parent_run_id FROM runs r JOIN hit_runs h ON r.run_id = h.run_id"
                 " WHERE r.parent_run_id IS NOT NULL)")
 
-    def with_(self, prepared: bool = False, rolled: bool = False) -> str:
+    def with_(self, prepared: bool = False, rolled: bool = False, runs: str = "runs") -> str:
         """`WITH fc (filtered calls), fr (filtered runs), fx (filtered compactions)`. `prepared`: the
         run sets are already in the temp tables `_wb_sel_runs` and `_wb_hit_runs` (see `scope`);
-        `rolled`: the runs a call-level filter keeps are read from the per-run rollup."""
+        `rolled`: the runs a call-level filter keeps are read from the per-run rollup; `runs`: the
+        relation of `runs` rows `fr` filters (a few picked first, see `spend.top_runs`)."""
         f = self.filters
         ctes = []
         sel, hit = ("_wb_sel_runs", "_wb_hit_runs") if prepared else ("sel_runs", "hit_runs")
@@ -143,7 +144,7 @@ class _Sql:
             run_preds.append(f"r.run_id IN (SELECT run_id FROM {hit})")
             x_preds.append(f"x.run_id IN (SELECT run_id FROM {hit})")
         ctes.append(f"fc AS (SELECT * FROM calls c WHERE {' AND '.join(call_preds) or 'true'})")
-        ctes.append(f"fr AS (SELECT * FROM runs r WHERE {' AND '.join(run_preds) or 'true'})")
+        ctes.append(f"fr AS (SELECT * FROM {runs} r WHERE {' AND '.join(run_preds) or 'true'})")
         ctes.append(f"fx AS (SELECT * FROM compactions x WHERE {' AND '.join(x_preds) or 'true'})")
         return "WITH RECURSIVE " + ",\n".join(ctes) + "\n"
 
@@ -239,11 +240,12 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | No
     return pl.DataFrame(con.sql(sql, params=params or None))
 
 
-def _q(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None) -> pl.DataFrame:
+def _q(con: duckdb.DuckDBPyConnection, f: Filters, body: str, extra: dict[str, Any] | None = None,
+       runs: str = "runs") -> pl.DataFrame:
     built = _Sql(f)
     prepared = in_scope(con, f)
     rolled = f.call_level and not prepared and rollup.whole(con, rollup.RUNS)
-    head = built.with_(prepared=prepared, rolled=rolled)
+    head = built.with_(prepared=prepared, rolled=rolled, runs=runs)
     return _frame(con, head + body, {**built.params, **(extra or {})})
 
 
