@@ -129,6 +129,29 @@ def test_xoxo_in_prose_is_kept(text):
     assert redact.mask_secrets(text) == text and redact.find_secrets(text) == []
 
 
+# keyword arguments named like a cookie, in code a prompt or a log quotes: a name, attribute or index
+@pytest.mark.parametrize("text", [
+    "cache=cache, session=session, prompt_hash=h", "cache=agent.prompt_cache, session=agent.session, prompt_hash=x",
+    "max_tokens=ceiling, session=self._cache[1],", "connect(sid=request.session_id)", "run(sessionid=self.current_id)",
+])
+def test_a_keyword_argument_named_session_is_kept(text):
+    assert redact.mask_secrets(text) == text and redact.find_secrets(text) == []
+
+
+# session cookies in the places they travel: a Cookie header, Set-Cookie attributes, a query string, a JSON
+# string, prose; a comma after a random value (a Flask cookie) still leaves it a cookie
+@pytest.mark.parametrize("text", [
+    "Cookie: session=" + HEX + "; theme=dark", "Set-Cookie: sessionid=" + TAIL[:24] + "; Path=/; HttpOnly",
+    "https://shop.example.test/cart?session=" + TAIL[:20] + "&page=2", '{"cookie": "sid=' + HEX[:16] + '"}',
+    "my cookie was session=eyJ" + TAIL[:22] + "." + TAIL[22:30] + "." + HEX[:20] + ", then it expired",
+    "connect.sid=s%3A" + TAIL[:24] + "." + HEX[:20] + ")", "__cf_bm=" + TAIL[:30] + "-1700000000-0-" + HEX[:12] + ",",
+])
+def test_a_session_cookie_is_masked_wherever_it_stands(text):
+    masked = redact.mask_secrets(text)
+    assert redact.find_secrets(text) == ["session cookie"] and "[redacted]" in masked, masked
+    assert TAIL[8:16] not in masked and HEX[8:16] not in masked, masked
+
+
 @pytest.mark.parametrize("alphabet", ["standard", "url-safe"])
 def test_a_base64_blob_keeps_every_character(alphabet):
     """An image or an encrypted reasoning item holds `sk-`, `hf_`, `AIza` by chance, glued to random

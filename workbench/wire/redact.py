@@ -192,10 +192,14 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
                      r"(?i:bearer)\s+(?!\[redacted\])(?=[A-Za-z._~+/\-]*[0-9])([A-Za-z0-9._~+/\-]{12,}=*)", ()),
     "organization id": (("org-",), r"org-[A-Za-z0-9]{16,}\b", ()),
     "project id": (("proj_",), r"proj_[A-Za-z0-9]{16,}\b", ()),
-    # glued names: JSESSIONID, ASP.NET_SessionId; PHPSESSID, `laravel_session=` by their random values
+    # glued names: JSESSIONID, ASP.NET_SessionId; PHPSESSID, `laravel_session=` by their random values. A
+    # value is cookie-octets (RFC 6265: no comma) and no parenthesis: `f(session=x)` ends where code does
     "session cookie": (("session", "sid=", "__cf_bm=", "_cfuvid="),
-                       r"(?i:__cf_bm|_cfuvid|session(?:id)?|sid)=(?!\[redacted\])([^;\s\"'&]{8,})", ("sessionid=",)),
+                       r"(?i:__cf_bm|_cfuvid|session(?:id)?|sid)=(?!\[redacted\])([^;,()\s\"'&]{8,})", ("sessionid=",)),
 }
+# a keyword argument in code (`session=agent.session,`, `sid=self._cache[1])`): a name, attribute or index
+# that a comma or parenthesis ends; a cookie's value there is random (a Flask cookie before a comma, in prose)
+_CODE_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\w*\])*")
 # compiled at their literal's first hit, not at import: a clean body never reaches them, and the twenty
 # compiles were 12 M instructions of every process that records (0.2% of a 100-test pytest session)
 _COMPILED: dict[str, re.Pattern[str]] = {}
@@ -239,6 +243,13 @@ def _glued_secret(lowered: str, text: str, position: int, match: re.Match[str], 
     return len(before) < 40 and not _random(before, digit=False)
 
 
+def _code_argument(text: str, match: re.Match[str]) -> bool:
+    """Whether a session-cookie match is a keyword argument in code (see `_CODE_VALUE`)."""
+    value = match.group(1)
+    return (text[match.end():match.end() + 1] in (",", ")") and _CODE_VALUE.fullmatch(value) is not None
+            and not _random(value))
+
+
 # one scan for every literal at once: cheaper than a `find` per literal on a short text (a span's
 # attributes: a model name, an operation), dearer on a long one (the alternation is tried at every position)
 _ANY_START = re.compile("|".join(re.escape(start) for starts, _, _ in _SHAPES.values() for start in starts))
@@ -261,6 +272,8 @@ def _matches(text: str) -> list[tuple[str, re.Match[str]]]:
                 if compiled is None:  # two threads may both compile it: the same pattern either way
                     compiled = _COMPILED[kind] = re.compile(pattern)
                 match = compiled.match(text, position)
+                if match is not None and kind == "session cookie" and _code_argument(text, match):
+                    match = None
                 # after an escape (a JSON body's `\nsk-…`, a URL's `%20sk-…`) the literal starts a word
                 if match is not None and (not position or text[position - 1] not in _WORDISH
                                           or text[position - 2:position - 1] == "\\"
