@@ -342,8 +342,8 @@ def _delta_pieces(value: dict, path: tuple, found: dict[tuple, list[list]], numb
                     _delta_pieces(element, (*path, name), found, number)
 
 
-_PIECE = re.compile(r'"(' + "|".join(sorted(_DELTA_FIELDS)) + r')": ?"([^"\\]*(?:\\.[^"\\]*)*)"')
-_INDEX = re.compile(r'index": ?(\d+)')  # every one of _INDEX_FIELDS ends so: a literal prefix, the fast search
+_PIECE = re.compile(r'"(' + "|".join(sorted(_DELTA_FIELDS)) + r')"\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)"')
+_INDEX = re.compile(r'index"\s*:\s*(\d+)')  # every one of _INDEX_FIELDS ends so: a literal prefix, the fast search
 
 
 def _clean_single_text(text: str, known: list[str]) -> bool:
