@@ -24,11 +24,6 @@ CORPUS = "tests/fixtures/corpus/"
 CORPUS_KINDS = frozenset({"session cookie", "project id"})
 # exact texts the shape rules match that hold no secret: path -> texts
 NOT_SECRETS = {
-    # keyword arguments named `session`: the session-cookie shape's known false positive (RESULTS.md, secrets)
-    # (each text in two pieces, so that this file holds none of them whole)
-    "workbench/runtime/llm.py": {"session=" "session,"},
-    "workbench/runtime/loop.py": {"session=" "agent.session,"},
-    "workbench/runtime/stream.py": {"session=" "self._cache[1],"},
     # a documented false positive of the glued rule (a word, then `sk-` and a camelCase id with a
     # digit), in a section nobody edits after it is written
     "benchmarks/RESULTS.md": {"sk-" "getUserAccountSettingsV2"},

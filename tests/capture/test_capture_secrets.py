@@ -5,14 +5,17 @@ Workbench's."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import anthropic
 import duckdb
+import httpx2
 import openai
 
 import workbench
 from workbench.demo.fake_provider import Reply
+from workbench.replay.check import check_cassette
 
 CANARY = "sk-" + "canary-7d1f0c3e9b2a4c58"  # in pieces: no whole key stands in the tree
 MESSAGES = [{"role": "user", "content": "hello"}]
@@ -101,3 +104,60 @@ def test_a_key_glued_to_a_word_in_a_run_name_a_tag_or_a_prompt_is_never_kept(sto
         assert tail[8:24].encode() not in path.read_bytes(), path
     ours = [record.getMessage() for record in caplog.records if record.name.startswith("workbench")]
     assert not any(tail[8:24] in text for text in ours)
+
+
+def _one_char_an_event(text: str, arguments: str) -> bytes:
+    """An OpenAI chat stream that spells `text` one character an event and a tool call's `arguments`
+    five characters an event (as a model streams tokens), then its usage."""
+    def chunk(delta: dict) -> str:
+        event = {"id": "chatcmpl-split", "object": "chat.completion.chunk", "model": "wbt-gpt",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        return "data: " + json.dumps(event) + "\n\n"
+    events = [chunk({"content": char}) for char in text]
+    for start in range(0, len(arguments), 5):
+        function = {"name": "f" if not start else "", "arguments": arguments[start:start + 5]}
+        events.append(chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": function}]}))
+    usage = {"id": "chatcmpl-split", "object": "chat.completion.chunk", "model": "wbt-gpt", "choices": [],
+             "usage": {"prompt_tokens": 9, "completion_tokens": len(text), "total_tokens": 9 + len(text)}}
+    return ("".join(events) + "data: " + json.dumps(usage) + "\n\ndata: [DONE]\n\n").encode()
+
+
+def test_a_key_streamed_a_few_characters_an_event_is_kept_nowhere(store, tmp_path):
+    """No event of a stream holds the key whole, so no scan of the raw body sees it; the stream's
+    deltas spell it together: the cassette, the store's body and `cassettes check` still see it. The
+    echoed credential (any shape) the same."""
+    tail = "Xq3vT7bN" + "w9LkZp2R" + "yF4hJ6sD" + "8gA1cV5m"
+    key, echoed = "sk-" + "proj-" + tail, "cnryEcho" + "Value9f8e7d6c"
+    stream = _one_char_an_event(f"your key is {key} and {echoed}.", json.dumps({"api_key": key}))
+
+    def server(request):
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
+
+    cassette = tmp_path / "split.json"
+    client = workbench.http_client(cassette=cassette, mode="record", transport=httpx2.MockTransport(server))
+    with client.stream("POST", "http://fake.test/v1/chat/completions", headers={"x-api-key": echoed},
+                       json={"model": "wbt-gpt", "stream": True, "messages": MESSAGES}) as response:
+        assert response.read() == stream  # the application reads what the provider sent
+    client.close()
+
+    [call] = store.calls()
+    body = store.one("SELECT response_json, output_text, tool_calls FROM call_bodies")
+    [recorded] = json.loads(cassette.read_text())["interactions"]
+    for text in (body["response_json"], recorded["response"]["body"]["string"]):
+        deltas = [choice["delta"] for line in text.splitlines() if line.startswith("data: {")
+                  for choice in json.loads(line[6:])["choices"]]
+        spelled = "".join(delta.get("content") or "" for delta in deltas)
+        arguments = "".join(tool["function"]["arguments"] for delta in deltas for tool in delta.get("tool_calls", []))
+        assert spelled == "your key is [redacted] and [redacted]." and arguments == '{"api_key": "[redacted]"}'
+        assert tail[:8] not in text and "Value9f8" not in text
+    assert body["output_text"] == "your key is [redacted] and [redacted]."
+    assert call["settled"] and call["output_tokens"] == len(f"your key is {key} and {echoed}.")
+
+    # `cassettes check` finds the split key in a cassette the scrubber never wrote
+    raw = tmp_path / "raw.json"
+    recorded = json.loads(cassette.read_text())
+    recorded["interactions"][0]["response"]["body"]["string"] = stream.decode()
+    raw.write_text(json.dumps(recorded))
+    secrets = check_cassette(raw).secrets
+    assert any("API key" in found and "split across stream events" in found for found in secrets), secrets
+    assert check_cassette(cassette).secrets == []

@@ -13,12 +13,15 @@ import pytest
 from eval_support import REPO, no_network, workbench_cli
 from workbench.demo.fake_provider import AsyncFakeTransport, FakeProvider, Reply
 from workbench.errors import WorkbenchError
+from workbench.config import spool_dir_of
 from workbench.evaluate import define_eval, define_prompt, exact
 from workbench.evaluate.baseline import read_baseline, upgrade_baseline
 from workbench.evaluate.gate import evaluate
 from workbench.evaluate.runner import Network
 from workbench.evaluate.stats import drop_test, spread, t_sf
 from workbench.replay.cassette import load_cassette_with_meta
+from workbench.store.db import open_store
+from workbench.store.ingest import ingest_spools
 from workbench.wire.canonical import request_hash
 
 NOISY = '''
@@ -225,6 +228,17 @@ def test_a_cassette_holds_the_n_answers_of_an_identical_request_and_replays_them
         evaluate(suite, network=no_network(), epochs=4)
     assert caught.value.code == "WB_REPLAY_MISS" and "fewer recorded answers than the 4 epochs" in caught.value.cause
     assert "--epochs 4 --mode record" in caught.value.fix
+    # however many epochs are asked for, no case runs past its first answer replayed twice (the samples
+    # spooled as they end say how far each got): `--epochs 1000000` (a typo) fails as soon as `--epochs 4` does
+    with pytest.raises(WorkbenchError) as caught:
+        evaluate(suite, network=no_network(), epochs=40)
+    assert "fewer recorded answers than the 40 epochs" in caught.value.cause
+    workbench.flush()
+    ingest_spools(store, spool_dir_of(store))
+    with open_store(store, read_only=True) as con:
+        [(samples,)] = con.execute("SELECT count(*) FROM eval_samples JOIN eval_runs USING (eval_run_id) "
+                                   "WHERE epochs = 40").fetchall()
+    assert samples <= 2 * 4
 
 
 def test_the_t_distribution_and_the_drop_test():

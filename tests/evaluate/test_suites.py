@@ -71,6 +71,13 @@ def test_suite_arguments_are_checked(tmp_path):
         define_eval("x", PROMPT, [{"vars": {"word": "a"}}], [exact()], tolerance=1.5)
     with pytest.raises(WorkbenchError, match="no scorers"):
         define_eval("x", PROMPT, [{"vars": {"word": "a"}}], [])
+    # the answering function where the prompt goes, a target that cannot be called: a WorkbenchError
+    # naming the argument, not an AttributeError at the first `workbench eval`
+    for prompt, target, wrong in ((lambda vars, ctx: "a", None, "its prompt is function"),
+                                  ("ticket-classifier", None, "its prompt is str"), (PROMPT, "answer", "its target is str")):
+        with pytest.raises(WorkbenchError, match=wrong) as caught:
+            define_eval("x", prompt, [{"vars": {"word": "a"}}], [exact()], target=target)
+        assert caught.value.code == "WB_EVAL_SUITE_INVALID" and "target=" in caught.value.fix
 
 
 WORDS = [{"id": f"w{n}", "vars": {"word": f"w{n}"}, "expected": f"w{n}"} for n in range(10)]

@@ -283,3 +283,30 @@ def test_a_process_starved_of_file_descriptors_keeps_its_calls_and_records_them_
     assert result.stderr.count("workbench could not write") == 1, result.stderr  # logged once
     ingest_spools(db, spool_dir_of(db), wait=True)
     assert count(db, "SELECT count(*) FROM calls") == 21
+
+
+HOGGING_APP = r"""
+import os, signal, sys
+import workbench
+from workbench.demo.fake_provider import FakeProvider, FakeTransport
+from workbench.store.spool import MAX_DEFERRED
+sys.setswitchinterval(30)  # the app's thread keeps the interpreter: the spool thread barely runs
+client = workbench.http_client(transport=FakeTransport(FakeProvider()))
+for index in range(int(sys.argv[1])):
+    client.post("http://fake.test/v1/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": f"call {index}"}]})
+print(MAX_DEFERRED, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_an_app_faster_than_its_spool_thread_loses_only_what_waits_when_killed(tmp_path):
+    """Calls made faster than the spool thread records them (here it barely gets the interpreter) wait
+    in memory, and a SIGKILL loses what waits: past MAX_DEFERRED of them the app's own thread records
+    them, so a kill loses at most that many, not every call since the spool thread last ran."""
+    db = tmp_path / ".workbench" / "wb.duckdb"
+    calls = 3000
+    result = run_python(HOGGING_APP, str(calls), cwd=tmp_path, env={"WORKBENCH_DB": str(db)})
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    ingest_spools(db, spool_dir_of(db), wait=True)
+    stored = count(db, "SELECT count(*) FROM calls") if db.exists() else 0  # no store: nothing was written
+    assert calls - int(result.stdout) <= stored <= calls

@@ -7,6 +7,8 @@ arrives: each is made to mask one here. Keys are built from pieces: none stands 
 from __future__ import annotations
 
 import base64
+import itertools
+import json
 import random
 import uuid
 
@@ -129,6 +131,29 @@ def test_xoxo_in_prose_is_kept(text):
     assert redact.mask_secrets(text) == text and redact.find_secrets(text) == []
 
 
+# keyword arguments named like a cookie, in code a prompt or a log quotes: a name, attribute or index
+@pytest.mark.parametrize("text", [
+    "cache=cache, session=session, prompt_hash=h", "cache=agent.prompt_cache, session=agent.session, prompt_hash=x",
+    "max_tokens=ceiling, session=self._cache[1],", "connect(sid=request.session_id)", "run(sessionid=self.current_id)",
+])
+def test_a_keyword_argument_named_session_is_kept(text):
+    assert redact.mask_secrets(text) == text and redact.find_secrets(text) == []
+
+
+# session cookies in the places they travel: a Cookie header, Set-Cookie attributes, a query string, a JSON
+# string, prose; a comma after a random value (a Flask cookie) still leaves it a cookie
+@pytest.mark.parametrize("text", [
+    "Cookie: session=" + HEX + "; theme=dark", "Set-Cookie: sessionid=" + TAIL[:24] + "; Path=/; HttpOnly",
+    "https://shop.example.test/cart?session=" + TAIL[:20] + "&page=2", '{"cookie": "sid=' + HEX[:16] + '"}',
+    "my cookie was session=eyJ" + TAIL[:22] + "." + TAIL[22:30] + "." + HEX[:20] + ", then it expired",
+    "connect.sid=s%3A" + TAIL[:24] + "." + HEX[:20] + ")", "__cf_bm=" + TAIL[:30] + "-1700000000-0-" + HEX[:12] + ",",
+])
+def test_a_session_cookie_is_masked_wherever_it_stands(text):
+    masked = redact.mask_secrets(text)
+    assert redact.find_secrets(text) == ["session cookie"] and "[redacted]" in masked, masked
+    assert TAIL[8:16] not in masked and HEX[8:16] not in masked, masked
+
+
 @pytest.mark.parametrize("alphabet", ["standard", "url-safe"])
 def test_a_base64_blob_keeps_every_character(alphabet):
     """An image or an encrypted reasoning item holds `sk-`, `hf_`, `AIza` by chance, glued to random
@@ -219,3 +244,55 @@ def test_every_everyday_word_is_one_a_glued_rule_would_take():
     for word in redact._EVERYDAY_WORDS:
         assert (redact._CREDENTIAL_END.search(word) or word.startswith(redact._CREDENTIAL_START)
                 or redact._CREDENTIAL_INSIDE.search(word)), word
+
+
+def _sse(events: list[dict]) -> str:
+    return "".join(f"event: {event.get('type', 'message')}\ndata: {json.dumps(event)}\n\n" for event in events)
+
+
+def _pieces(text: str, size: int = 3) -> list[str]:
+    return [text[start:start + size] for start in range(0, len(text), size)]
+
+
+KEY = "sk-" + "ant-" + "api03-" + TAIL[:32]
+SPLIT_STREAMS = {
+    "anthropic text and tool input": _sse(
+        [{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+         for piece in _pieces("the key: " + KEY + " ok")]
+        + [{"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": piece}}
+           for piece in _pieces(json.dumps({"key": KEY}))]),
+    "openai responses": _sse([{"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
+                               "delta": piece} for piece in _pieces("the key: " + KEY + " ok")]),
+    # two tool calls streamed in turns: each call's arguments are one text, whatever lies between
+    "openai chat, two tool calls interleaved": "".join(
+        "data: " + json.dumps({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": call, "function": {"arguments": piece}}]}}]}) + "\r\n\r\n"
+        for pair in itertools.zip_longest(_pieces(json.dumps({"k": KEY})), _pieces(json.dumps({"q": "plain words"})))
+        for call, piece in enumerate(pair) if piece is not None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT_STREAMS))
+def test_a_key_a_stream_spells_across_its_events_is_masked(name):
+    stream = SPLIT_STREAMS[name]
+    assert redact.mask_secrets(stream) == stream  # no event holds it whole
+    assert redact.find_stream_secrets(stream) == [redact.find_secrets(KEY)[0]]
+    masked = redact.mask_stream_secrets(stream)
+    assert TAIL[:8] not in masked and redact.find_stream_secrets(masked) == []
+    assert masked.count("\r\n") == stream.count("\r\n")
+    spelled: dict[int, str] = {}  # each text of the stream, by its index
+    for line in masked.splitlines():
+        if line.startswith("data: "):
+            event = json.loads(line[6:])
+            for tool in event["choices"][0]["delta"]["tool_calls"] if "choices" in event else [event]:
+                piece = tool["function"]["arguments"] if "function" in tool else event["delta"]
+                piece = piece if isinstance(piece, str) else piece.get("text", piece.get("partial_json"))
+                spelled[tool.get("index", 0)] = spelled.get(tool.get("index", 0), "") + piece
+    assert "[redacted]" in spelled[0] and KEY[8:] not in "".join(spelled.values()), spelled
+    if "interleaved" in name:
+        assert spelled == {0: '{"k": "[redacted]"}', 1: '{"q": "plain words"}'}
+
+
+def test_a_stream_without_a_split_secret_is_returned_as_is():
+    stream = SPLIT_STREAMS["openai responses"].replace(KEY[:3], "sq-")
+    assert redact.mask_stream_secrets(stream) is stream and redact.find_stream_secrets(stream) == []

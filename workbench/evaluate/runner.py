@@ -466,6 +466,9 @@ async def run_suite(
     judge = _Judge(suite, judge_cassette, eval_run, network) if suite.judge is not None else None
     answer = _RuntimeAnswerer(suite, prompt, network.transport(cassette), model) if suite.target is None else None
     results: list[CaseResult | None] = [None] * len(suite.cases)
+    # the cassettes whose answers N epochs may outnumber (`--epochs 100000` on a cassette of 3 a case)
+    replays_short = ([used for used in (cassette, judge_cassette) if used is not None]
+                     if epochs > 1 and mode == "replay" else [])
     pending = iter(enumerate(suite.cases))  # shared: each worker takes the next case when it is free
 
     async def worker() -> None:
@@ -476,6 +479,8 @@ async def run_suite(
             for epoch in range(1, epochs + 1):  # in order: the Nth identical request replays the Nth answer
                 context = EvalContext(suite, prompt, case, cassette, network, eval_run.model, epoch)
                 samples.append(await _run_sample(context, judge, answer, epochs, eval_run))
+                if replays_short and any(used.index.repeated for used in replays_short):
+                    return  # an answer replayed twice: the run fails for too few samples; more epochs only repeat
             results[index] = CaseResult(case.id, samples)
             if progress is not None:
                 progress()

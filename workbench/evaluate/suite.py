@@ -124,6 +124,15 @@ def define_eval(
         )
     check_epochs(epochs, f"suite {name}: epochs")
     check_confidence(confidence, f"suite {name}: confidence")
+    # the answering function passed where the prompt goes (`define_eval(name, answer, cases, scorers)`) was
+    # an AttributeError traceback at the first `workbench eval`
+    if not isinstance(prompt, Prompt) or (target is not None and not callable(target)):
+        wrong, what = ("prompt", prompt) if not isinstance(prompt, Prompt) else ("target", target)
+        raise WorkbenchError(
+            "WB_EVAL_SUITE_INVALID", f"suite {name}: its {wrong} is {type(what).__name__} {what!r:.80}",
+            "pass define_eval(name, define_prompt(...), cases, scorers, target=your_function): the prompt second, "
+            "a function that answers a case as target=",
+        )
     suite = Suite(
         name=name, prompt=prompt, cases=_cases_from(cases, base), scorers=[scorer_of(item) for item in scorers],
         tolerance=tolerance, file=caller,

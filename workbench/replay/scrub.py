@@ -1,8 +1,9 @@
 """Secrets out of a cassette before it is written, and a detector for what slipped in anyway: both
 ask the one rule set in `workbench.wire.redact`, so `cassettes check` finds exactly what scrubbing
 removes. Scrubbed: every credential-carrying header (by name, both sides), URL user-info and
-credential-like query parameters, secret-shaped values in bodies and header values, and whatever a
-request sent as a credential wherever the response echoes it. Bodies are stored decoded. A user hook
+credential-like query parameters, secret-shaped values in bodies and header values (a stream's too
+when its events spell one only together), and whatever a request sent as a credential wherever the
+response echoes it. Bodies are stored decoded. A user hook
 may rewrite bodies (PII); the same hook runs over live requests before they are matched, so a
 scrubbed cassette still matches."""
 
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
 from workbench.wire.decode import decode_body
 from workbench.wire.redact import (
-    REDACTED, credential_values, find_secrets as find_in_text, is_secret_header, mask_secrets, redact_url, url_secrets,
+    REDACTED, credential_values, find_secrets as find_in_text, find_stream_secrets, is_secret_header, mask_secrets,
+    mask_stream_secrets, redact_url, url_secrets,
 )
 
 BodyHook = Callable[[str], str]
@@ -77,7 +79,7 @@ def _masked_body(body: bytes, known: list[str]) -> bytes:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return body  # binary: nothing a key pattern reads
-    masked = mask_secrets(text, known)
+    masked = mask_stream_secrets(mask_secrets(text, known), known)
     return body if masked is text else masked.encode("utf-8")
 
 
@@ -108,6 +110,8 @@ def find_secrets(interaction: Interaction) -> list[str]:
                 findings += [f"{side} header {name}: {kind}" for kind in kinds]
         body = message.body.decode("utf-8", "replace")
         findings += [f"{side} body: {kind}" for kind in find_in_text(body)]
+        findings += [f"{side} body: {kind}, split across stream events"
+                     for kind in find_stream_secrets(mask_secrets(body, known), known)]
         if any(value in body for value in known):
             findings.append(f"{side} body: a credential the request sent")
     return findings

@@ -46,6 +46,10 @@ MIN_FLUSH_INTERVAL_S = 0.01
 # holds a finished call's bodies and objects until it runs, and an app answered from a cassette
 # defers a few hundred a tenth of a second (1,700 held 30 MB more at the peak of a replayed eval)
 WAKE_AFTER_DEFERRED = 256
+# ... and past this many, the deferring thread runs it itself (back-pressure): what waits is what a
+# SIGKILL loses, and an app that makes calls faster than the spool thread records them (a tight loop of
+# cassette answers on a loaded machine) held 19,000 calls, 4.7 s of them, far past `flush_interval_s`
+MAX_DEFERRED = 4 * WAKE_AFTER_DEFERRED
 # a recording process starts an ingester this often, or once this many records wait (an ingester
 # costs a process start, about 0.4 s of CPU: fewer, larger batches)
 INGEST_EVERY_S = 10.0
@@ -126,6 +130,8 @@ class Spool:
             backlog = len(self._deferred)
         if backlog == WAKE_AFTER_DEFERRED:
             self._wake.set()
+        elif backlog >= MAX_DEFERRED and not self._unwritable:  # a failing file is the spool thread's to retry
+            self.flush(ingest=False)
         self._ensure_thread()
 
     def _run_deferred(self) -> None:

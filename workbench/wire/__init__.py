@@ -20,7 +20,7 @@ from workbench.wire import gemini
 from workbench.wire.call import Call, Exchange, ToolCall, Wire
 from workbench.wire.canonical import request_hash
 from workbench.wire.decode import decode_body
-from workbench.wire.redact import cap_text, mask_secrets, redact_url
+from workbench.wire.redact import cap_text, mask_secrets, mask_stream_secrets, redact_url
 from workbench.wire.sse import looks_like_sse, parse_events
 
 __all__ = [
@@ -209,6 +209,8 @@ def masked_call(call: Call, known: list[str] | tuple[str, ...] = ()) -> Call:
     copy = Call(*_CALL_FIELDS(call))  # `dataclasses.replace(call)`, without its walk of the fields each call
     for name in ("request_json", "response_json", "error_message", "output_text", "refusal"):
         setattr(copy, name, mask_secrets(getattr(call, name), known))
+    if call.stream:
+        copy.response_json = mask_stream_secrets(copy.response_json, known)
     copy.tool_calls = [
         ToolCall(name=tool.name, id=tool.id, arguments=mask_secrets(tool.arguments, known) or "")
         for tool in call.tool_calls

@@ -16,14 +16,19 @@ the recorder would have scrubbed.
   words and ids that hold a shape's start (`task-…`, `desk-<hex>`) and base64 blobs stay whole.
 - What a request sent as a credential (a header's or query parameter's value) is masked wherever it
   comes back, whatever its shape: a provider echoing the key in its 401 body.
+- A stream spells its text a few characters per event: a secret no event holds whole, which its events'
+  deltas spell together, is masked in the events that hold its pieces.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+import orjson
 
 REDACTED = "[redacted]"
 # user-info as it stands in a URL once redacted ("[" and "]" are not allowed there unescaped)
@@ -192,10 +197,14 @@ _SHAPES: dict[str, tuple[tuple[str, ...], str, tuple[str, ...]]] = {
                      r"(?i:bearer)\s+(?!\[redacted\])(?=[A-Za-z._~+/\-]*[0-9])([A-Za-z0-9._~+/\-]{12,}=*)", ()),
     "organization id": (("org-",), r"org-[A-Za-z0-9]{16,}\b", ()),
     "project id": (("proj_",), r"proj_[A-Za-z0-9]{16,}\b", ()),
-    # glued names: JSESSIONID, ASP.NET_SessionId; PHPSESSID, `laravel_session=` by their random values
+    # glued names: JSESSIONID, ASP.NET_SessionId; PHPSESSID, `laravel_session=` by their random values. A
+    # value is cookie-octets (RFC 6265: no comma) and no parenthesis: `f(session=x)` ends where code does
     "session cookie": (("session", "sid=", "__cf_bm=", "_cfuvid="),
-                       r"(?i:__cf_bm|_cfuvid|session(?:id)?|sid)=(?!\[redacted\])([^;\s\"'&]{8,})", ("sessionid=",)),
+                       r"(?i:__cf_bm|_cfuvid|session(?:id)?|sid)=(?!\[redacted\])([^;,()\s\"'&]{8,})", ("sessionid=",)),
 }
+# a keyword argument in code (`session=agent.session,`, `sid=self._cache[1])`): a name, attribute or index
+# that a comma or parenthesis ends; a cookie's value there is random (a Flask cookie before a comma, in prose)
+_CODE_VALUE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\w*\])*")
 # compiled at their literal's first hit, not at import: a clean body never reaches them, and the twenty
 # compiles were 12 M instructions of every process that records (0.2% of a 100-test pytest session)
 _COMPILED: dict[str, re.Pattern[str]] = {}
@@ -239,6 +248,13 @@ def _glued_secret(lowered: str, text: str, position: int, match: re.Match[str], 
     return len(before) < 40 and not _random(before, digit=False)
 
 
+def _code_argument(text: str, match: re.Match[str]) -> bool:
+    """Whether a session-cookie match is a keyword argument in code (see `_CODE_VALUE`)."""
+    value = match.group(1)
+    return (text[match.end():match.end() + 1] in (",", ")") and _CODE_VALUE.fullmatch(value) is not None
+            and not _random(value))
+
+
 # one scan for every literal at once: cheaper than a `find` per literal on a short text (a span's
 # attributes: a model name, an operation), dearer on a long one (the alternation is tried at every position)
 _ANY_START = re.compile("|".join(re.escape(start) for starts, _, _ in _SHAPES.values() for start in starts))
@@ -261,6 +277,8 @@ def _matches(text: str) -> list[tuple[str, re.Match[str]]]:
                 if compiled is None:  # two threads may both compile it: the same pattern either way
                     compiled = _COMPILED[kind] = re.compile(pattern)
                 match = compiled.match(text, position)
+                if match is not None and kind == "session cookie" and _code_argument(text, match):
+                    match = None
                 # after an escape (a JSON body's `\nsk-…`, a URL's `%20sk-…`) the literal starts a word
                 if match is not None and (not position or text[position - 1] not in _WORDISH
                                           or text[position - 2:position - 1] == "\\"
@@ -296,6 +314,110 @@ def mask_secrets(text: str | None, known: Iterable[str] = ()) -> str | None:
         last = end
     pieces.append(text[last:])
     return "".join(pieces)
+
+
+# the string fields a streamed event carries a piece of its text in: OpenAI chat's `content`, `refusal`,
+# reasoning and tool-call `arguments`; the Responses API's `delta`; Anthropic's `text`, `partial_json`, `thinking`
+_DELTA_FIELDS = frozenset({"content", "text", "arguments", "partial_json", "thinking", "delta", "refusal",
+                           "reasoning_content", "reasoning"})
+# what tells one text of a stream from another beside a delta: its choice, content block, output item, tool call
+_INDEX_FIELDS = ("index", "output_index", "content_index")
+
+
+def _delta_pieces(value: dict, path: tuple, found: dict[tuple, list[list]], number: int) -> None:
+    """Every delta string in one event, by the text it is a piece of: [line number, container, field, piece]."""
+    for name in _INDEX_FIELDS:
+        if name in value:
+            path = (*path, value[name])
+    for name, item in value.items():
+        kind = type(item)
+        if kind is str:
+            if item and name in _DELTA_FIELDS:
+                found.setdefault((*path, name), []).append([number, value, name, item])
+        elif kind is dict:
+            _delta_pieces(item, (*path, name), found, number)
+        elif kind is list:
+            for element in item:
+                if type(element) is dict:
+                    _delta_pieces(element, (*path, name), found, number)
+
+
+_PIECE = re.compile(r'"(' + "|".join(sorted(_DELTA_FIELDS)) + r')"\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)"')
+_INDEX = re.compile(r'index"\s*:\s*(\d+)')  # every one of _INDEX_FIELDS ends so: a literal prefix, the fast search
+
+
+def _clean_single_text(text: str, known: list[str]) -> bool:
+    """Whether `text` is a stream of one text (one delta field, one index: a plain answer) that spells
+    no shape's literal and no known value: two regex scans of the raw text instead of a JSON parse an
+    event (a clean 300-event answer costs a fifth as much). Any other stream is read exactly."""
+    pieces = _PIECE.findall(text)
+    if len({name for name, _ in pieces}) > 1 or len(set(_INDEX.findall(text))) > 1:
+        return False
+    joined = "".join(json.loads(f'"{piece}"') if "\\" in piece else piece for _, piece in pieces)
+    return _ANY_START.search(joined.lower()) is None and not any(value in joined for value in known)
+
+
+def _split_secrets(text: str, known: Iterable[str]) -> tuple[list[str], str]:
+    """The kinds of the secrets a stream's deltas spell only together, and `text` with them masked."""
+    if not text[:64].lstrip().startswith(("data:", "event:", ":")):
+        return [], text
+    known = [value for value in known if len(value) >= MIN_ECHOED_SECRET]
+    if _clean_single_text(text, known):
+        return [], text
+    lines = text.split("\n")
+    events: dict[int, dict] = {}
+    texts: dict[tuple, list[list]] = {}  # each text of the stream: [line number, container, field, piece]
+    for number, line in enumerate(lines):
+        if line.startswith("data:") and "{" in line:
+            try:
+                event = events[number] = orjson.loads(line[5:])
+            except orjson.JSONDecodeError:
+                continue  # a torn last event
+            if type(event) is dict:
+                _delta_pieces(event, (), texts, number)
+    kinds: list[str] = []
+    changed: set[int] = set()
+    for found in texts.values():
+        if len(found) < 2:
+            continue  # one piece: the scan of the whole body saw it whole
+        joined = "".join(piece for *_, piece in found)
+        spans = [(match.span(1) if match.lastindex else match.span(), kind) for kind, match in _matches(joined)]
+        for value in known:
+            start = joined.find(value)
+            while start >= 0:
+                spans.append(((start, start + len(value)), "a credential the request sent"))
+                start = joined.find(value, start + len(value))
+        if not spans:
+            continue
+        kinds += [kind for _, kind in spans]
+        hidden, starts = bytearray(len(joined)), set()
+        for (start, end), _ in spans:
+            starts.add(start)
+            hidden[start:end] = b"\1" * (end - start)
+        offset = 0
+        for number, container, name, piece in found:
+            kept = [(REDACTED if position in starts else "") + ("" if hidden[position] else char)
+                    for position, char in enumerate(piece, offset)]
+            offset += len(piece)
+            if any(hidden[offset - len(piece):offset]):
+                container[name] = "".join(kept)
+                changed.add(number)
+    for number in changed:
+        ending = "\r" if lines[number].endswith("\r") else ""
+        lines[number] = "data: " + json.dumps(events[number], ensure_ascii=False, separators=(",", ":")) + ending
+    return list(dict.fromkeys(kinds)), "\n".join(lines) if changed else text
+
+
+def mask_stream_secrets(text: str | None, known: Iterable[str] = ()) -> str | None:
+    """`text`, a server-sent event stream already through `mask_secrets`, with every secret its events'
+    deltas spell only together masked too (a key the model streams back, a few characters an event):
+    `[redacted]` in the event where it starts, its characters gone from every event that held one."""
+    return _split_secrets(text, known)[1] if text else text
+
+
+def find_stream_secrets(text: str | None, known: Iterable[str] = ()) -> list[str]:
+    """The kinds of the secrets `mask_stream_secrets` would mask in `text`."""
+    return _split_secrets(text, known)[0] if text else []
 
 
 def find_secrets(text: str | None) -> list[str]:
