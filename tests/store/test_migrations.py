@@ -213,3 +213,17 @@ def test_old_compactions_get_the_currency_of_their_calls(tmp_path):
         assert rows == {"x1": ("EUR", "EUR"), "x2": ("USD", None), "x3": (None, None), "x4": (None, "USD")}
     finally:
         con.close()
+
+
+def test_the_spans_index_by_trace_goes_and_the_spans_stay(tmp_path):
+    con = duckdb.connect(str(tmp_path / "old-spans.duckdb"))
+    try:
+        migrate(con, target=_before("_no_trace_index"))
+        con.execute("INSERT INTO spans (span_id, trace_id, run_id) VALUES ('s1', 't1', 'r1'), ('s2', 't1', NULL)")
+        migrate(con)
+        indexes = {name for (name,) in con.execute(
+            "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'spans'").fetchall()}
+        assert indexes == {"spans_run"}
+        assert con.execute("SELECT span_id FROM spans WHERE trace_id = 't1' ORDER BY 1").fetchall() == [("s1",), ("s2",)]
+    finally:
+        con.close()
