@@ -8,7 +8,9 @@ span each, as the recorder spools them) into a new store.
 its own run (as an eval's cases), a millisecond apart (all within one cache life): every other call
 reads the cache (hit), the rest do not (unexplained), and every tenth sends an older call's question
 under another system prompt (prefix_changed against that call, 5,000 calls back). The default backlog
-repeats one prompt under the model's minimum.
+repeats one prompt under the model's minimum. Call and run ids are made by the checkout's
+`workbench.ids.new_id`, as the recorder makes them (their order decides what a commit loads of the
+key indexes); span and trace ids are random, as OpenTelemetry's.
 
 `--repo` imports Workbench from another checkout (e.g. a worktree of main, for the figure before a
 change); `--append` adds the result to benchmarks/RESULTS.md. The backlog is written once per run
@@ -39,18 +41,21 @@ SYSTEM = ("You are the support agent of an online shop; answer in two sentences.
 CHANGED_BACK = 5000  # how far back a changed call's question was first asked
 
 
-def _cached_call(index: int) -> tuple[str, dict]:
+def _cached_call(index: int, new_id) -> tuple[str, dict]:
     """The `--cached` suite's call `index`: its request and its usage."""
     asked = index - CHANGED_BACK if index % 10 == 7 and index >= CHANGED_BACK else index
     system = SYSTEM + (f" Variant {index}." if asked != index else "")
     messages = [{"role": "system", "content": system}, {"role": "user", "content": f"Case {asked}: where is order {asked}?"}]
     read = 1500 if index % 2 == 0 else 0
     return (json.dumps({"model": "gpt-4o-mini", "messages": messages}),
-            {"input_tokens": 2000 - read, "cache_read_tokens": read, "run_id": uuid.uuid4().hex})
+            {"input_tokens": 2000 - read, "cache_read_tokens": read, "run_id": new_id()})
 
 
-def write_backlog(spool: Path, calls: int, cached: bool = False) -> int:
-    """A dead writer's spool file holding `calls` calls; returns its size in bytes."""
+def write_backlog(spool: Path, calls: int, cached: bool = False, repo: Path = REPO) -> int:
+    """A dead writer's spool file holding `calls` calls, their ids made by `repo`'s Workbench;
+    returns its size in bytes."""
+    sys.path.insert(0, str(repo))
+    from workbench.ids import new_id
     spool.mkdir(parents=True)
     path = spool / f"{socket.gethostname()}-999999998-{uuid.uuid4().hex[:8]}.jsonl"
     start = datetime.now(timezone.utc)
@@ -58,11 +63,11 @@ def write_backlog(spool: Path, calls: int, cached: bool = False) -> int:
     response = json.dumps({"choices": [{"message": {"role": "assistant", "content": "lorem ipsum " * 160}}]})
     with open(path, "w") as handle:
         for index in range(calls):
-            call_id, span_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+            call_id, span_id = new_id(), uuid.uuid4().hex[:16]
             usage = {"input_tokens": 520}
             now = start.isoformat()
             if cached:
-                request, usage = _cached_call(index)
+                request, usage = _cached_call(index, new_id)
                 now = (start + timedelta(milliseconds=index)).isoformat()
             records = [
                 {"kind": "call", "row": {"call_id": call_id, "wire": "openai.chat", "provider": "openai",
@@ -93,7 +98,7 @@ print(count, time.perf_counter() - started, usage.ru_maxrss, time.process_time()
 def measure(calls: int, repo: Path, cached: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
-        size = write_backlog(root / "spool", calls, cached)
+        size = write_backlog(root / "spool", calls, cached, repo)
         env = {**os.environ, "PYTHONPATH": str(repo)}
         out = subprocess.run([sys.executable, "-c", INGESTER, str(root / "wb.duckdb"), str(root / "spool"), str(repo)],
                              env=env, capture_output=True, text=True, check=True).stdout.splitlines()[-1].split()

@@ -350,7 +350,8 @@ def test_run_spans_are_those_of_its_trace_and_of_the_runs_inside_it(tmp_path):
             {"span_id": "neither", "trace_id": "tB", "run_id": "B", "start_time": at}])
         indexed = {name for (name,) in con.execute("SELECT index_name FROM duckdb_indexes() WHERE table_name = 'spans'"
                                                     ).fetchall()}
-    assert {"spans_run", "spans_trace"} <= indexed  # looked up by index, not by a scan of every span
+    assert "spans_run" in indexed  # looked up by index, not by a scan of every span
+    assert "spans_trace" not in indexed  # random keys: every commit would load the whole index (0022)
     assert sorted(read(db, lambda con: q.run_spans(con, "A"))["span_id"]) == ["both", "in-trace-only", "inner-run-only"]
     assert read(db, lambda con: q.run_spans(con, "A1"))["span_id"].to_list() == ["inner-run-only"]
     assert read(db, lambda con: q.run_spans(con, "nope")).is_empty()

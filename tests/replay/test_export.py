@@ -14,7 +14,10 @@ import workbench
 from workbench.demo.fake_server import serve
 from workbench.demo.fake_provider import FakeProvider, Reply
 from workbench.errors import WorkbenchError
+from workbench.ids import new_id
 from workbench.replay.export import export_run
+from workbench.store.db import open_store
+from workbench.store.ingest import write_rows
 
 
 def ask(client, question: str) -> str:
@@ -71,3 +74,16 @@ def test_a_streamed_call_exports_as_a_stream(store, tmp_path):
                             http_client=workbench.http_client(cassette=out, mode="replay"))
     chunks = offline.chat.completions.create(model="gpt-4o-mini", stream=True, messages=[{"role": "user", "content": "go"}])
     assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices) == live == "streamed answer"
+
+
+
+def test_runs_made_in_one_millisecond_export_as_cases_of_their_own_ids(tmp_path):
+    """A run id starts with the millisecond it was made in (workbench/ids.py): two runs of one
+    millisecond still export as two cases."""
+    clock = new_id()[:12]
+    ids = [clock + new_id()[12:] for _ in range(2)]
+    with open_store(tmp_path / "wb.duckdb") as con:
+        write_rows(con, "run", [{"run_id": run_id, "name": "job", "kind": "app", "status": "ok"} for run_id in ids])
+    cases = [json.loads(export_run(run_id, tmp_path / f"{run_id}.json", tmp_path / "wb.duckdb")[1].read_text())
+             for run_id in ids]
+    assert cases[0]["id"] != cases[1]["id"]

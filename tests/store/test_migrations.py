@@ -182,3 +182,13 @@ def test_old_compactions_get_the_currency_of_their_calls(tmp_path):
         rows = dict((row[0], row[1:]) for row in con.execute(
             "SELECT compaction_id, summary_currency, recache_currency FROM compactions").fetchall())
     assert rows == {"x1": ("EUR", "EUR"), "x2": ("USD", None), "x3": (None, None), "x4": (None, "USD")}
+
+
+def test_the_spans_index_by_trace_goes_and_the_spans_stay(tmp_path):
+    with _migrated_from(tmp_path, "_no_trace_index",
+                        "INSERT INTO spans (span_id, trace_id, run_id) VALUES ('s1', 't1', 'r1'), ('s2', 't1', NULL)") as con:
+        indexes = {name for (name,) in con.execute(
+            "SELECT index_name FROM duckdb_indexes() WHERE table_name = 'spans'").fetchall()}
+        spans = con.execute("SELECT span_id FROM spans WHERE trace_id = 't1' ORDER BY 1").fetchall()
+    assert indexes == {"spans_run"}
+    assert spans == [("s1",), ("s2",)]

@@ -54,8 +54,9 @@ def export_run(run_id: str, out: Path | str, db: Path | str | None = None, *, wi
         )))
     write_cassette(out, interactions, {"exported_from_run": run_id})
     first = run.row(0, named=True)
+    # the id's random end: its start is the clock (workbench/ids.py), shared by runs made together
     case = {
-        "id": f"run-{run_id[:12]}", "run_id": run_id, "name": first["name"], "status": first["status"],
+        "id": f"run-{run_id[-12:]}", "run_id": run_id, "name": first["name"], "status": first["status"],
         "error_code": first["error_code"], "prompt_id": first["prompt_id"], "prompt_version": first["prompt_version"],
         "cassette": out.name, "tags": json.loads(first["tags"] or "{}"),
         "input": _last_user_text(calls["request_json"].to_list()[-1] if calls.height else None),

@@ -168,7 +168,7 @@ def migration_sql(sql: str) -> str:
     ingest keeps keys unique itself)."""
     sql = re.sub(r",\s*PRIMARY KEY\s*\([^)]*\)", "", sql)
     sql = re.sub(r"\s+PRIMARY KEY\b", "", sql)
-    return re.sub(r"CREATE INDEX[^;]*;", "", sql)
+    return re.sub(r"(CREATE|DROP) INDEX[^;]*;", "", sql)
 
 
 def is_lake_connection(con: duckdb.DuckDBPyConnection) -> bool:

@@ -412,6 +412,15 @@ MIGRATIONS: list[tuple[str, str]] = [
             WHERE c.call_id = compactions.after_call_id AND compactions.recache_cost_micros IS NOT NULL;
         """,
     ),
+    (
+        "0022_ingmem3_no_trace_index",
+        """
+        -- the spans' index by trace (0010) goes: trace ids are random, so every commit loaded all of it
+        -- into the ingester's memory (~130 B a case, growing with the store), for the run explorer's
+        -- one lookup of a trace, which a scan of the trace column answers in milliseconds
+        DROP INDEX IF EXISTS spans_trace;
+        """,
+    ),
 ]
 
 
