@@ -68,7 +68,7 @@ runs = data["runs"]
 ui.table(ui.with_explorer_links(runs), "failed_runs", column_config={"run": ui.explorer_link_column()},
          leading=("name", "error_code"))
 if not runs.is_empty():
-    labels = {row["run_id"]: f"{row['name']} · {row['error_code'] or row['error_type'] or 'failed'} · {row['run_id'][:12]}"
+    labels = {row["run_id"]: f"{row['name']} · {row['error_code'] or row['error_type'] or 'failed'} · {row['run_id'][-12:]}"
               for row in runs.iter_rows(named=True)}
     picked = st.selectbox("Open a failed run", list(labels), format_func=labels.get)
     st.page_link("run_explorer.py", label="Open in the Run explorer", icon=":material/open_in_new:",

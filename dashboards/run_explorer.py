@@ -27,7 +27,7 @@ if not wanted and choices.height:
 
 
 def label(row: dict) -> str:
-    return f"{row['name']} · {row['status']} · {row['started_at']:%Y-%m-%d %H:%M} · {row['run_id'][:12]}"
+    return f"{row['name']} · {row['status']} · {row['started_at']:%Y-%m-%d %H:%M} · {row['run_id'][-12:]}"
 
 
 labels = {row["run_id"]: label(row) for row in choices.iter_rows(named=True)}
@@ -209,7 +209,7 @@ with exporting:
     folder = project_root() / "cassettes"
     st.caption(f"Writes the run's calls as a cassette (they replay offline) and its case beside it, inside the "
                f"project's cassette folder, {ui.escaped(folder)}.")
-    target = st.text_input("Cassette file, inside that folder", value=f"exported/run-{wanted[:12]}.json")
+    target = st.text_input("Cassette file, inside that folder", value=f"exported/run-{wanted[-12:]}.json")
     replace = st.checkbox("Replace the files if they exist")
     if st.button("Export as cassette and case", icon=":material/download:"):
         from workbench.replay.export import export_run  # only on a click: the page paints without it

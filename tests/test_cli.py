@@ -128,7 +128,7 @@ def test_every_command_that_prints_data_prints_csv_and_json_to_stdout(store, pro
     assert all(isinstance(row["cost_micros"], int) for row in cost)  # money exact, in micros
 
 
-def test_run_ids_print_whole_and_a_unique_start_names_a_run(store, tmp_path):
+def test_run_ids_print_whole_and_a_unique_start_or_end_names_a_run(store, tmp_path):
     ids = run_ids(store)
     table = workbench("runs", "list", "--db", str(store)).stdout
     assert sorted(re.findall(r"\b[0-9a-f]{32}\b", table)) == sorted(ids)
@@ -136,13 +136,16 @@ def test_run_ids_print_whole_and_a_unique_start_names_a_run(store, tmp_path):
     # an id starts with the millisecond it was made in (workbench/ids.py): a start past it names one run
     shown = workbench("runs", "show", target[:18], "--db", str(store))
     assert shown.returncode == 0 and target in shown.stdout, shown.stderr
+    # ... and so does its random end, as the dashboard shows it
+    by_end = workbench("runs", "show", target[-8:], "--db", str(store))
+    assert by_end.returncode == 0 and target in by_end.stdout, by_end.stderr
     # the longest start two runs share (the error names up to 10 runs)
     shared = next(prefix for size in range(31, 0, -1) for prefix in sorted({run_id[:size] for run_id in ids})
                   if 1 < sum(i.startswith(prefix) for i in ids) <= 10)
     ambiguous = workbench("runs", "show", shared, "--db", str(store))
     assert ambiguous.returncode == 2 and "WB_RUN_AMBIGUOUS" in ambiguous.stderr
     assert all(run_id in ambiguous.stderr for run_id in ids if run_id.startswith(shared))
-    exported = workbench("cassettes", "export", str(tmp_path / "run.json"), "--run", target[:18], "--db", str(store))
+    exported = workbench("cassettes", "export", str(tmp_path / "run.json"), "--run", target[-12:], "--db", str(store))
     assert exported.returncode == 0, exported.stderr
     assert json.loads((tmp_path / "run.json").read_text())["workbench"]["exported_from_run"] == target
 

@@ -44,7 +44,7 @@ def test_a_resumed_run_replays_what_matches_and_goes_live_from_the_first_request
         answers = [_ask(client, text) for text in ("a", "b", "c")]
     assert len(fake_provider.requests) == 3
 
-    with workbench.run("job", resume=first.run_id[:10]) as second:  # a unique start of the id will do
+    with workbench.run("job", resume=first.run_id[-10:]) as second:  # a unique end of the id will do
         again = [_ask(client, text) for text in ("a", "x", "b")]
 
     # "a" came from the store; "x" differs, so it and everything after it ("b" too) went to the provider
@@ -201,7 +201,7 @@ def test_a_batch_job_killed_at_call_60_and_resumed_pays_for_exactly_100_calls(fa
 
 def test_runs_resume_runs_the_command_with_the_killed_run_resumed(fake_url, fake_provider, store):
     first = batch.kill_when_stored(batch.start(fake_url, store.path, "--pause-after", "60"), store.path, 60)
-    via = (sys.executable, "-m", "workbench", "runs", "resume", first[:12], "--db", str(store.path), "--")
+    via = (sys.executable, "-m", "workbench", "runs", "resume", first[-12:], "--db", str(store.path), "--")
     resumed = batch.start(fake_url, store.path, via=via)
     assert resumed.wait(120) == 0, resumed.stderr.read()
     assert f"resuming run {first} (batch)" in resumed.stderr.read()

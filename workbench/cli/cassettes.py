@@ -101,7 +101,7 @@ def _line(fmt, *parts) -> None:
 @cassettes_app.command("export")
 def cassettes_export(
     out: Annotated[Path, typer.Argument(help="the cassette to write (.json or .yaml)")],
-    run_id: Annotated[str, typer.Option("--run", help="the id of a captured run, or its start")],
+    run_id: Annotated[str, typer.Option("--run", help="the id of a captured run, or its start or end")],
     db: DbOption = None,
 ) -> None:
     """Turn a captured run into a cassette and an eval case, so a failure becomes a regression test."""

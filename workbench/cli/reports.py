@@ -224,7 +224,7 @@ def runs_list(
 
 
 @runs_app.command("show")
-def runs_show(run_id: Annotated[str, typer.Argument(help="a run id, or its start (see `workbench runs list`)")],
+def runs_show(run_id: Annotated[str, typer.Argument(help="a run id, or its start or end (see `workbench runs list`)")],
               fmt: FormatOption = Format.table, db: DbOption = None) -> None:
     """One run: its bill, its calls with usage and cost, and the transcript (JSON: the run and
     every call with its bodies; CSV: one row per call)."""
@@ -298,7 +298,7 @@ def _transcript(request_json: str | None) -> str:
 
 @runs_app.command("resume")
 def runs_resume(
-    run_id: Annotated[str, typer.Argument(help="the run to resume: its id, or its start (see `workbench runs list`)")],
+    run_id: Annotated[str, typer.Argument(help="the run to resume: its id, or its start or end (see `workbench runs list`)")],
     command: Annotated[list[str], typer.Argument(help="the command that runs the job again, after --")],
     db: DbOption = None,
 ) -> None:

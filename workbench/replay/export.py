@@ -29,7 +29,7 @@ def export_run(run_id: str, out: Path | str, db: Path | str | None = None, *, wi
         raise WorkbenchError("WB_EXPORT_REFUSED", f"{' and '.join(existing)} already exist",
                              "choose another file name, or choose to replace the files")
     with open_store(db, read_only=True) as con:
-        run_id = queries.resolve_run_id(con, run_id)  # a unique prefix names the run too
+        run_id = queries.resolve_run_id(con, run_id)  # a unique start or end names the run too
         run = queries.run_detail(con, run_id)
         calls = queries.run_exchanges(con, run_id)
     interactions = []

@@ -258,19 +258,22 @@ def run_calls(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
 
 
 def resolve_run_id(con: duckdb.DuckDBPyConnection, given: str) -> str:
-    """The whole id of the run that `given` names: the id itself, or a prefix only one run's id
-    starts with. Several runs: `WB_RUN_AMBIGUOUS`, naming them; none: `WB_RUN_NOT_FOUND`."""
+    """The whole id of the run that `given` names: the id itself, or a start or an end only one run's
+    id has (an id starts with the millisecond it was made in, `workbench.ids`: runs made together share
+    their first characters, and the random end is what a short id names them by). Several runs:
+    `WB_RUN_AMBIGUOUS`, naming them; none: `WB_RUN_NOT_FOUND`."""
     shown = 10
-    ids = _frame(con, """SELECT run_id FROM runs WHERE starts_with(run_id, $given) ORDER BY run_id = $given DESC,
-                         run_id LIMIT $limit""", {"given": given, "limit": shown + 1})["run_id"].to_list()
+    ids = _frame(con, """SELECT run_id FROM runs WHERE starts_with(run_id, $given) OR ends_with(run_id, $given)
+                         ORDER BY run_id = $given DESC, run_id LIMIT $limit""",
+                 {"given": given, "limit": shown + 1})["run_id"].to_list()
     if ids and (ids[0] == given or len(ids) == 1):
         return ids[0]
     if not ids:
-        raise WorkbenchError("WB_RUN_NOT_FOUND", f"no run id in the store is or starts with {given!r}",
+        raise WorkbenchError("WB_RUN_NOT_FOUND", f"no run id in the store is, starts or ends with {given!r}",
                              "list runs, with their ids: workbench runs list")
     more = " and more" if len(ids) > shown else ""
-    raise WorkbenchError("WB_RUN_AMBIGUOUS", f"{given!r} starts the ids of several runs: {', '.join(ids[:shown])}{more}",
-                         f"give more of the id, e.g. {ids[0]}")
+    raise WorkbenchError("WB_RUN_AMBIGUOUS", f"{given!r} starts or ends the ids of several runs: "
+                         f"{', '.join(ids[:shown])}{more}", f"give more of the id, e.g. {ids[0]}, or its last 12 characters")
 
 
 def run_detail(con: duckdb.DuckDBPyConnection, run_id: str) -> pl.DataFrame:
