@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from eval_support import OFFLINE_ENV, examples_copy, workbench_cli
+from workbench.errors import WorkbenchError
+from workbench.evaluate.baseline import read_baseline
 
 EURO_MODEL = "gpt-4o-mini-eur"  # what two of the extractor's five answers say served them, priced in EUR
 EURO_ROW = f"""
@@ -154,3 +158,18 @@ def test_a_baseline_in_one_currency_against_a_run_in_two_is_no_verdict(tmp_path)
     assert gated.returncode == 2, gated.stdout + gated.stderr
     message = " ".join(gated.stderr.split())
     assert "WB_EVAL_COST_CURRENCY" in message and "the run's cost is in EUR and USD, the baseline's in USD" in message
+
+
+@pytest.mark.parametrize("currency,costs,message", [
+    (None, {"EUR": -5, "USD": 3}, "greater than or equal to 0"),  # money is never negative
+    ("USD", {"EUR": 5, "USD": 3}, "costs per currency, but the baseline's are all in USD"),  # two answers to one question
+    (None, "lots", "valid dictionary"),
+])
+def test_a_baseline_whose_costs_per_currency_do_not_hold_is_invalid(tmp_path, currency, costs, message):
+    path = tmp_path / "x.baseline.json"
+    path.write_text(json.dumps({"format": 2, "suite": "x", "prompt": {"id": "p", "version": "v1", "hash": "h"},
+                                "scorers": ["exact"], "tolerance": 0.05, "epochs": 1, "mean": 1.0, "currency": currency,
+                                "cases": {"a": {"score": 1.0, "costs": costs}}}))
+    with pytest.raises(WorkbenchError) as caught:
+        read_baseline(path, "x")
+    assert caught.value.code == "WB_EVAL_BASELINE_INVALID" and message in caught.value.cause

@@ -11,7 +11,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.dataclasses import dataclass as validated_dataclass
@@ -34,7 +34,7 @@ class CaseBaseline:
     # is in `costs`
     cost_micros: int | None = Field(default=None, ge=0)
     # the case's money per currency, when the baseline's is in two or more (its `currency` then null)
-    costs: dict[str, int] | None = None
+    costs: dict[str, Annotated[int, Field(ge=0)]] | None = None
 
     @model_validator(mode="after")
     def _samples_in_range(self) -> CaseBaseline:
@@ -82,6 +82,8 @@ class Baseline(BaseModel):
             raise ValueError(f"cases {', '.join(uneven[:5])} do not have {self.epochs} samples (epochs)")
         if self.currency is None and any(case.cost_micros for case in self.cases.values()):
             raise ValueError("a case has a cost_micros, but the baseline names no currency it is in")
+        if self.currency is not None and any(case.costs is not None for case in self.cases.values()):
+            raise ValueError(f"a case keeps costs per currency, but the baseline's are all in {self.currency}")
         return self
 
 
