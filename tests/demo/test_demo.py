@@ -194,3 +194,12 @@ def test_every_readme_report_shows_every_value_whole_in_the_terminals_width(firs
               and (len(value) <= 20 or name.endswith("_id"))}
     missing = sorted(value for value in values if not any(value in line for line in lines))
     assert not missing, f"{missing}\n{shown.stdout}"
+
+
+def test_a_store_nobody_can_write_stops_the_demo_before_it_records_naming_why(tmp_path):
+    # (a file where the store's folder should be: unwritable even for root, who passes every permission)
+    (tmp_path / "not-a-folder").write_text("")
+    result = demo(tmp_path / "not-a-folder" / "wb.duckdb")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "WB_STORE_UNWRITABLE" in result.stderr and "not-a-folder" in result.stderr  # not "is it a Workbench store?"
+    assert "recording" not in result.stdout + result.stderr  # stopped before a day was recorded

@@ -73,7 +73,13 @@ def _gate_examples(root: Path) -> dict[str, str]:
 
 def run_demo(seed: int = 7, db: Path | None = None, console: Console | None = None) -> Summary:
     console = console or Console()
+    from workbench.store.db import open_store
+
     settings = configure(db=db)
+    # the store made (or opened) for writing first: recording never breaks the app, so a store nobody
+    # can write would let the demo record for half a minute and only then fail, naming the wrong cause
+    with open_store(settings.db):
+        pass
     root, wrote = project_for_demo(Path.cwd())
     _register_models(root)
     demo = Demo(seed, root)
