@@ -9,7 +9,7 @@ from workbench.models import ModelRegistry, ModelSpec, Usage, price_with, read_m
 from decimal import Decimal
 
 from workbench.money import (
-    Money, decimal_price, format_amount, format_bill, format_costs, format_exact, micros_of_decimal, minor_units,
+    Money, decimal_price, format_amount, format_bill, format_costs, format_exact, micros_of_decimal, minor_units, shifted,
 )
 
 
@@ -140,3 +140,12 @@ def test_malformed_models_toml_names_the_row_and_field(tmp_path):
     with pytest.raises(WorkbenchError) as caught:
         read_models_toml(path)
     assert caught.value.code == "WB_MODELS_INVALID" and "input" in caught.value.cause
+
+
+def test_amounts_past_28_digits_are_shown_exactly_never_refused():
+    # Decimal's default context keeps 28 digits: a 29-digit models.toml price was shown rounded, and an
+    # analysis figure that large could not be rounded to its places at all (InvalidOperation)
+    huge = 12345678901234567890123456789012345  # micro-cents: 123,456,789,012,345,678,901,234,567.89012345 USD
+    assert format_amount(huge, "USD") == "123,456,789,012,345,678,901,234,567.89 USD"
+    assert format_bill(huge, "USD") == "123,456,789,012,345,678,901,234,567.90 USD"  # rounded up once, to the cent
+    assert str(shifted(10**30 + 1, 3)) == "1000000000000000000000000000.001"

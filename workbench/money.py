@@ -15,11 +15,14 @@ bill: `minor_units` rounds an exact total up to the minor unit once, and `format
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 
 MICROS_PER_MINOR = 1_000_000
 MICRO_DIGITS = 6  # a micro-minor unit is 10**-6 of the minor unit
 SIGNIFICANT_DIGITS = 4  # what an analysis figure shows below the minor unit
+# the context amounts are shifted and rounded in: the default one keeps 28 digits, which rounded a
+# price or a total of more (a models.toml price of 29 digits) and refused to round one at all
+_EXACT = Context(prec=1000)
 # decimal places of the minor unit; every currency not listed has 2
 _MINOR_DIGITS = {"JPY": 0, "KRW": 0}
 
@@ -62,8 +65,13 @@ def micros_of_decimal(value: Decimal, currency: str | None = "USD") -> int:
     return minor * 10**shift
 
 
+def shifted(number: int, places: int) -> Decimal:
+    """`number` x 10**-places, exactly (`shifted(150, 2)` is `Decimal("1.50")`), whatever its digits."""
+    return Decimal(number).scaleb(-places, _EXACT)
+
+
 def _major(micros: int, currency: str) -> Decimal:
-    return Decimal(micros).scaleb(-(minor_digits(currency) + MICRO_DIGITS))
+    return shifted(micros, minor_digits(currency) + MICRO_DIGITS)
 
 
 @dataclass(frozen=True, order=True)
@@ -116,7 +124,7 @@ def format_amount(micros: int | None, currency: str | None = "USD") -> str:
         return _text(Decimal(0), digits, currency)
     exponent = amount.adjusted()  # the place of the first significant digit
     places = min(max(digits, SIGNIFICANT_DIGITS - 1 - exponent), digits + MICRO_DIGITS)
-    return _text(amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP), places, currency)
+    return _text(amount.quantize(shifted(1, places), rounding=ROUND_HALF_UP, context=_EXACT), places, currency)
 
 
 def format_bill(micros: int | None, currency: str | None = "USD") -> str:
@@ -125,7 +133,7 @@ def format_bill(micros: int | None, currency: str | None = "USD") -> str:
         return "unpriced"
     currency = currency or "USD"
     digits = minor_digits(currency)
-    return _text(Decimal(minor_units(micros)).scaleb(-digits), digits, currency)
+    return _text(shifted(minor_units(micros), digits), digits, currency)
 
 
 def format_exact(micros: int | None, currency: str | None = "USD") -> str:

@@ -9,14 +9,13 @@ from typing import Annotated
 import typer
 
 from workbench.cli.core import FormatOption, _emit, app, console
+from workbench.money import shifted
 
 _PRICES = ("input", "output", "cache_read", "cache_write_5m", "cache_write_1h")
 
 
 def _per_million(minor: int | None, scale: int, currency: str) -> str | None:
-    from decimal import Decimal
-
-    return None if minor is None else f"{Decimal(minor).scaleb(-scale):f} {currency}"
+    return None if minor is None else f"{shifted(minor, scale):f} {currency}"
 
 
 def _row(name: str, sheet) -> dict:
