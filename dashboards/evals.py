@@ -37,7 +37,7 @@ def matrix_section(matrices: pl.DataFrame) -> None:
     st.caption("A case moved when it changed by more than the suite's tolerance and a one-sided Welch test puts the "
                "change beyond the noise of its samples. Cost per case is one sample's; latency is measured on live "
                "samples only (a replay's time is not the model's).")
-    ui.table(cells, f"matrix_{matrix_id[:12]}", money_columns=(), exact_columns=("cost_per_case_micros",),
+    ui.table(cells, f"matrix_{matrix_id[-12:]}", money_columns=(), exact_columns=("cost_per_case_micros",),
              hide=("eval_run_id",))
     case_ids = ui.load("eval_matrix_case_ids", matrix_id)["case_id"].to_list()
     case_id = pick("Case (those that moved first)", {case: case for case in case_ids}, "case")
@@ -120,6 +120,6 @@ if not cases_frame.is_empty():
             tooltip=["case_id", "score", "baseline_score", "delta", "passed"],
         ).properties(height=240)
         st.altair_chart(bars, width="stretch")
-ui.table(ui.with_eval_cost(cases_frame), f"eval_cases_{picked[:12]}", money_columns=(), exact_columns=())
+ui.table(ui.with_eval_cost(cases_frame), f"eval_cases_{picked[-12:]}", money_columns=(), exact_columns=())
 if matrices is not None and not matrices.is_empty():
     matrix_section(matrices)

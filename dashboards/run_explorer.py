@@ -138,7 +138,7 @@ with call_tab:
     shown = calls.drop("request_json", "response_json", "output_text", "tool_calls", "span_id").join(
         verdicts.select("call_id", pl.col("verdict").alias("cache_verdict"), pl.col("region").alias("changed_region"),
                         "miss_micros"), on="call_id", how="left", maintain_order="left")
-    ui.table(shown, f"run_{wanted[:12]}_calls", money_columns=(), exact_columns=("cost_micros", "miss_micros"))
+    ui.table(shown, f"run_{wanted[-12:]}_calls", money_columns=(), exact_columns=("cost_micros", "miss_micros"))
     changed = verdicts.filter(pl.col("diff").is_not_null())
     if not changed.is_empty():
         st.markdown("**Why the cache missed: what changed in the prefix**")
@@ -159,7 +159,7 @@ with turn_tab:
                                     for row in turn_events.iter_rows(named=True)], infer_schema_length=None)
         if "tool_names" in turns_frame.columns and turns_frame["tool_names"].dtype == pl.List(pl.Utf8):
             turns_frame = turns_frame.with_columns(pl.col("tool_names").list.join(", "))
-        ui.table(turns_frame, f"run_{wanted[:12]}_turns", money_columns=(), exact_columns=(
+        ui.table(turns_frame, f"run_{wanted[-12:]}_turns", money_columns=(), exact_columns=(
             ("cost_micros",) if "cost_micros" in turns_frame.columns else ()))
 
 with waterfall:
@@ -196,14 +196,14 @@ with waterfall:
         st.altair_chart(chart, width="stretch")
     if not data["compactions"].is_empty():
         st.subheader("Compactions")
-        ui.table(data["compactions"], f"run_{wanted[:12]}_compactions")
+        ui.table(data["compactions"], f"run_{wanted[-12:]}_compactions")
 
 with inner:
     # each run's bill per currency its calls were priced in, as text: one run's row never adds two currencies
     billed = pl.Series("billed", [ui.bill_money(row) for row in tree.iter_rows(named=True)], dtype=pl.Utf8)
     ui.table(ui.with_explorer_links(tree.select("depth", "run_id", "name", "kind", "status", "error_code",
                                                 "billed_calls", "billed_unsettled").insert_column(6, billed)),
-             f"run_{wanted[:12]}_tree", column_config={"run": ui.explorer_link_column()})
+             f"run_{wanted[-12:]}_tree", column_config={"run": ui.explorer_link_column()})
 
 with exporting:
     folder = project_root() / "cassettes"
