@@ -132,6 +132,8 @@ def run_rows(calls: list[dict], runs: list[tuple] = RUNS) -> list[dict]:
             "billed_replayed_calls": len(replayed),
             "billed_replayed_cost_micros": sum(c["cost_micros"] or 0 for c in replayed),
             "billed_replayed_unpriced_calls": sum(1 for c in replayed if c["cost_micros"] is None),
+            # as the runtime writes it: the currency of the run's first priced call
+            "billed_currency": next((c["currency"] for c in answered + replayed if c["currency"]), "USD"),
         } if inside else {}
         rows.append({
             "run_id": run_id, "parent_run_id": parent, "name": name, "kind": "agent" if parent else "app",

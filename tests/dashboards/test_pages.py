@@ -55,6 +55,8 @@ TWO = {c["call_id"]: c["cost_micros"] for c in fx.call_rows(fx.TWO_CURRENCIES)}
 @pytest.mark.parametrize(("calls", "billed", "replayed"), [
     # R2 failed: a call priced and one nothing priced (two currencies: test_two_currency_bills.py)
     ([D["d01"], ("d02", "R2", *D["d02"][2:]), D["d07"]], f"{format_amount(TWO['d02'], 'USD')} + 1 unpriced", None),
+    # R2's calls priced in euros only: its bill is in euros, as the runtime names it
+    ([D["d01"], D["d05"], D["d06"]], format_amount(TWO["d05"] + TWO["d06"], "EUR"), None),
     ([D["d01"], D["d07"]], "unpriced (1 calls)", None),  # nothing priced in the failed runs: never 0
     ([D["d01"]], format_amount(0, "USD"), None),  # nothing billed to them at all
     # a replayed call inside a failed run: counted apart, with what it would have cost
