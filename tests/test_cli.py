@@ -78,6 +78,29 @@ def test_version_is_the_installed_distributions():
     assert (result.returncode, result.stdout.strip()) == (0, f"workbench {version('replay-workbench')}")
 
 
+def test_a_command_builds_only_its_own_branch_and_help_lists_every_command():
+    import typer
+
+    from workbench.cli import app
+    from workbench.cli.core import command_tree
+
+    def built(argv: list[str]) -> set[str]:
+        return set(typer.main.get_command(command_tree(argv)).commands)
+
+    everything = built([])
+    assert {"eval", "report", "runs", "demo", "dashboard", "collect", "store", "cassettes"} <= everything
+    assert built(["eval", "nosuch"]) == {"eval"} and built(["demo"]) == {"demo"}
+    assert built(["report", "cost", "--format", "json"]) == {"report"}
+    # help, the version, nothing and a misspelt command see the whole tree
+    for argv in (["--help"], ["--version"], ["evl"], []):
+        assert built(argv) == everything, argv
+    assert set(typer.main.get_command(app).commands) == everything  # the app itself is left whole
+    listed = workbench("--help").stdout
+    assert all(f" {name} " in listed for name in everything), listed
+    misspelt = workbench("evl")
+    assert misspelt.returncode == 2 and "Did you mean 'eval'?" in misspelt.stderr
+
+
 def test_fixed_values_are_checked_before_anything_opens_the_store(tmp_path):
     db = tmp_path / "never.duckdb"
     for args in (["report", "cost", "--format", "nope"], ["report", "cache", "--format", "xml"],
