@@ -194,6 +194,26 @@ def test_sys_exit_in_a_suite_file_is_no_verdict(tmp_path):
     assert_no_verdict(workbench_cli(tmp_path, "eval"), "failed to import: KeyError: 'setting'")
 
 
+def test_a_suite_named_on_the_command_line_is_found_in_its_own_file_first(tmp_path):
+    (tmp_path / "evals").mkdir()
+    suite = dedent("""
+        from workbench.evaluate import define_eval, define_prompt, exact
+        define_eval("{name}", define_prompt("{name}", "v1", template="{{{{{{{{x}}}}}}}}"),
+                    [{{"id": "c1", "vars": {{"x": "x"}}, "expected": "x"}}], [exact()], target=lambda vars, ctx: "x")
+    """)
+    (tmp_path / "evals" / "greet.py").write_text(suite.format(name="greet"))
+    (tmp_path / "evals" / "misc.py").write_text(suite.format(name="named-elsewhere"))
+    (tmp_path / "evals" / "broken.py").write_text("raise KeyError('setting')\n")
+    # its own file alone is imported: a broken neighbour does not stop it
+    assert workbench_cli(tmp_path, "eval", "greet", "--record-baseline").returncode == 0
+    assert "verdict pass" in workbench_cli(tmp_path, "eval", "greet").stdout
+    # a suite in a file of another name is still found, among every file, so the broken one is named
+    assert_no_verdict(workbench_cli(tmp_path, "eval", "named-elsewhere"), "broken.py failed to import")
+    assert_no_verdict(workbench_cli(tmp_path, "eval"), "broken.py failed to import")
+    (tmp_path / "evals" / "broken.py").unlink()
+    assert workbench_cli(tmp_path, "eval", "named-elsewhere", "--record-baseline").returncode == 0
+
+
 @pytest.mark.parametrize("cases", ["[]", "'empty.jsonl'"])
 def test_zero_cases_is_no_verdict_with_or_without_recording(tmp_path, cases):
     (tmp_path / "evals").mkdir()

@@ -208,7 +208,12 @@ def find_suite(name_or_path: str, root: Path) -> Suite:
     if path.suffix == ".py" or path.is_dir():
         suites = load_suites([path])
     else:
-        suites = load_suites([root])
+        # a suite's file is most often named after it: importing that one alone spares the other files'
+        # imports (their own app code, often the slowest part of an eval's start) and their faults
+        own_file = root / f"{name_or_path}.py"
+        suites = load_suites([own_file]) if path.name == name_or_path and own_file.is_file() else {}
+        if name_or_path not in suites:
+            suites = load_suites([root])
         suites = {name: suite for name, suite in suites.items() if name == name_or_path}
     if len(suites) != 1:
         available = ", ".join(sorted(load_suites([root]))) if root.exists() else "none"
