@@ -67,7 +67,7 @@ class Recorder:
             call = None
             if pending.run is not None:
                 call = self._call(pending)
-                pending.run.attribute(call)
+                pending.run.attribute(call, self._credentials(pending))
             self.spool.defer(lambda: self._finish(pending, call))
             return call
         except Exception as exc:  # noqa: BLE001 - recording never breaks the application

@@ -198,6 +198,7 @@ class Run:
     # the models of its unpriced calls (an eval's no-verdict names them); replaced, never added to in
     # place: the shared empty default costs a run nothing when every call is priced
     unpriced_models: frozenset[str] = frozenset()
+    sent: frozenset[str] = frozenset()  # the credential values its calls sent: the same way, for the same reason
 
     def __init__(self, name: str, kind: str, tags: dict, parent: Run | None, prompt: dict | None) -> None:
         self.run_id = new_id()
@@ -286,12 +287,15 @@ class Run:
             elif call.http_status is None or call.http_status < 400:
                 billed.unsettled += 1  # an HTTP error answered and was not billed
 
-    def attribute(self, call: Call) -> None:
-        """Bill `call` to this run and every run around it."""
+    def attribute(self, call: Call, sent: tuple[str, ...] = ()) -> None:
+        """Bill `call` to this run and every run around it; `sent`, the credential values the call
+        sent, are masked in their error messages (an SDK's error quoting the key its provider echoed)."""
         self.calls.append(call)
         run: Run | None = self
         while run is not None:
             run._charge(call)
+            if sent and not run.sent.issuperset(sent):
+                run.sent = run.sent.union(sent)
             if run.gathers and run is not self:
                 run.calls.append(call)
             run = run.parent
@@ -373,7 +377,7 @@ class RunScope:
             run.error_code = getattr(exc, "code", None) if isinstance(getattr(exc, "code", None), str) else None
             if run.error_code is None and isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
                 run.error_code = "WB_ABORTED"  # cancelled mid-run: its bill still stands
-            run.error_message = mask_secrets(str(exc))[:2000]
+            run.error_message = mask_secrets(str(exc), sorted(run.sent, key=len, reverse=True))[:2000]
             if run.has_bill:
                 try:  # the outermost run's bill wins: it is the last to see the exception
                     setattr(exc, _BILLED_ATTR, run.billed)

@@ -76,11 +76,11 @@ def scrub(interaction: Interaction, body_hook: BodyHook | None = None) -> Intera
 
 def _masked_body(body: bytes, known: list[str]) -> bytes:
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return body  # binary: nothing a key pattern reads
+        text, encoding = body.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:  # binary (a file upload): latin-1 reads every byte, so the rest round-trips
+        text, encoding = body.decode("latin-1"), "latin-1"
     masked = mask_stream_secrets(mask_secrets(text, known), known)
-    return body if masked is text else masked.encode("utf-8")
+    return body if masked is text else masked.encode(encoding)
 
 
 def masked_request_body(body: bytes) -> bytes:

@@ -207,7 +207,9 @@ def masked_call(call: Call, known: list[str] | tuple[str, ...] = ()) -> Call:
     masked. A copy, because the caller may still be reading the original (the runtime reads a
     run's call while the recorder writes it)."""
     copy = Call(*_CALL_FIELDS(call))  # `dataclasses.replace(call)`, without its walk of the fields each call
-    for name in ("request_json", "response_json", "error_message", "output_text", "refusal"):
+    # a key given as the model name (`model="sk-proj-…"`) is a secret-shaped value like any other
+    for name in ("request_json", "response_json", "error_message", "output_text", "refusal", "model_requested",
+                 "model_served"):
         setattr(copy, name, mask_secrets(getattr(call, name), known))
     if call.stream:
         copy.response_json = mask_stream_secrets(copy.response_json, known)

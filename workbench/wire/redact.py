@@ -22,6 +22,7 @@ the recorder would have scrubbed.
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import re
@@ -116,8 +117,9 @@ def is_secret_query(name: str) -> bool:
 
 
 def redact_url(url: str) -> str:
-    """The URL without user-info and with every credential-like query parameter's value redacted."""
-    if "@" not in url and "?" not in url:
+    """The URL without user-info, with every credential-like query parameter's value redacted and
+    secret-shaped values in its path and fragment masked (a key put where a deployment name goes)."""
+    if "@" not in url and "?" not in url and "#" not in url and _ANY_START.search(url.lower()) is None:
         return url
     try:
         parts = urlsplit(url)
@@ -132,13 +134,14 @@ def redact_url(url: str) -> str:
         if any(is_secret_query(name) for name, _ in pairs):
             query = urlencode([(name, REDACTED if is_secret_query(name) else value) for name, value in pairs],
                               safe="[]")
-    if netloc == parts.netloc and query == parts.query:
+    path, fragment = mask_secrets(parts.path), mask_secrets(parts.fragment)
+    if netloc == parts.netloc and query == parts.query and path == parts.path and fragment == parts.fragment:
         return url
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+    return urlunsplit(parts._replace(netloc=netloc, query=query, path=path, fragment=fragment))
 
 
 def url_secrets(url: str) -> list[str]:
-    """What `redact_url` takes out of `url`, by kind: `user-info`, `query parameter NAME`."""
+    """What `redact_url` takes out of `url`, by kind: `user-info`, `query parameter NAME`, `path: KIND`."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -150,6 +153,8 @@ def url_secrets(url: str) -> list[str]:
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if is_secret_query(name) and value not in ("", REDACTED):
             found.append(f"query parameter {name}")
+    found += [f"path: {kind}" for kind in find_secrets(parts.path)]
+    found += [f"fragment: {kind}" for kind in find_secrets(parts.fragment)]
     return found
 
 
@@ -427,6 +432,19 @@ def find_secrets(text: str | None) -> list[str]:
     return list(dict.fromkeys(kind for kind, _ in _matches(text)))
 
 
+# the whitespace between an Authorization scheme and its credentials: a space, or a tab
+_SCHEME = re.compile(r"\s+")
+
+
+def _basic_credentials(encoded: str) -> list[str]:
+    """The user and password of a Basic credential, as its server decodes them."""
+    try:
+        decoded = base64.b64decode(encoded, validate=True).decode("latin-1")
+    except ValueError:
+        return []
+    return [piece for piece in decoded.partition(":")[0::2] if piece]
+
+
 def credential_values(headers: Mapping[str, str] | Iterable[tuple[str, str]], url: str = "") -> list[str]:
     """The values a request sent as credentials (secret headers, secret query parameters, URL
     user-info), so the same values can be masked where a response echoes them."""
@@ -438,8 +456,10 @@ def credential_values(headers: Mapping[str, str] | Iterable[tuple[str, str]], ur
         for part in re.split(r"[;,]", value):  # a cookie header: each value
             part = part.strip()
             part = part.partition("=")[2] if "=" in part and name.lower() in ("cookie", "set-cookie") else part
-            scheme, _, rest = part.partition(" ")
-            values.append(rest.strip() if rest and scheme.lower() in ("bearer", "basic", "token") else part)
+            scheme, rest = (_SCHEME.split(part, maxsplit=1) + [""])[:2]
+            values.append(rest if rest and scheme.lower() in ("bearer", "basic", "token") else part)
+            if rest and scheme.lower() == "basic":  # a provider echoes the password it decoded
+                values += _basic_credentials(rest)
     if url:
         try:
             parts = urlsplit(url)
