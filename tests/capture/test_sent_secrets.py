@@ -21,6 +21,7 @@ import httpx2
 import openai
 import pytest
 import zstandard
+from opentelemetry import trace
 
 import workbench
 from workbench.replay.check import check_cassette
@@ -62,6 +63,9 @@ class Hostile(BaseHTTPRequestHandler):
     def _answer(self, status: int, kind: str, payload: bytes) -> None:
         self.send_response(status)
         self.send_header("content-type", kind)
+        if self.headers.get("x-answer-in") == "zstd":
+            payload = zstandard.ZstdCompressor().compress(payload)
+            self.send_header("content-encoding", "zstd")
         self.send_header("content-length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -117,8 +121,10 @@ def test_every_credential_a_call_sent_is_masked_where_the_provider_echoes_it(sto
     caplog.set_level(logging.DEBUG)
     cassette = tmp_path / "echo.json"
     messages = [{"role": "user", "content": "hello"}]
+    app_tracer = trace.get_tracer("the-app")
     with pytest.raises(openai.AuthenticationError) as raised, workbench.run("echoes"):
-        with workbench.run("sdk"):
+        # the application's own span records the SDK's error (its message quotes the echoed key)
+        with workbench.run("sdk"), app_tracer.start_as_current_span("app work"):
             client = openai.OpenAI(base_url=f"http://{hostile}/v1", api_key=BEARER, max_retries=0,
                                    default_headers={"x-api-key": XKEY, "api-key": AZURE},
                                    default_query={"api_key": QUERY},
@@ -166,26 +172,48 @@ def test_a_key_as_the_model_name_or_in_the_url_path_is_kept_nowhere(store, hosti
     _kept_nowhere(store, tmp_path, caplog, [SHAPED[8:40]])
 
 
-def test_keys_in_binary_and_compressed_bodies_are_kept_nowhere(store, hostile, tmp_path, caplog):
-    """A file upload whose bytes are not UTF-8, and gzip and zstd request bodies, each holding a key
-    and a credential the call sent: masked in the store and the cassette, the upload's other bytes kept."""
+def test_a_key_in_a_binary_upload_is_masked_and_its_other_bytes_kept(store, hostile, tmp_path, caplog):
+    """A file upload whose bytes are not UTF-8, holding a key and a credential the call sent: masked in
+    the store and the cassette, every other byte of it kept."""
     caplog.set_level(logging.DEBUG)
     cassette = tmp_path / "binary.json"
     raw = workbench.http_client(cassette=cassette, mode="record")
-    headers = {"x-api-key": XKEY}
     upload = b"\x89PNG\r\n\x1a\n\xff\xfe" + SHAPED.encode() + b"\x00\x80 " + XKEY.encode() + b" \xc3\x28"
-    raw.post(f"http://{hostile}/v1/files", headers=headers, files={"file": ("key.bin", upload)},
+    raw.post(f"http://{hostile}/v1/files", headers={"x-api-key": XKEY}, files={"file": ("key.bin", upload)},
              data={"purpose": "fine-tune"})
+    raw.close()
+
+    assert len(store.calls()) == 1
+    bodies = _cassette_bodies(cassette)
+    assert b"\xff\xfe" + b"[redacted]" + b"\x00\x80 [redacted] \xc3\x28" in bodies[0]
+    assert not [body for body in bodies if SHAPED[8:40].encode() in body or XKEY.encode() in body]
+    _kept_nowhere(store, tmp_path, caplog, [SHAPED[8:40], XKEY])
+
+
+def test_keys_in_compressed_bodies_are_kept_nowhere_and_a_bomb_is_not_kept(store, hostile, tmp_path, caplog):
+    """gzip and zstd request bodies and a zstd response holding a key and a credential the call sent
+    are decoded to be masked; a body over 64 MB once decompressed is kept as a marker, and the
+    application still gets its answer."""
+    caplog.set_level(logging.DEBUG)
+    cassette = tmp_path / "compressed.json"
+    raw = workbench.http_client(cassette=cassette, mode="record")
+    headers = {"x-api-key": XKEY, "content-type": "application/json"}
     body = json.dumps({"model": "wbt-gpt", "messages": [{"role": "user", "content": f"{SHAPED} {XKEY}"}]}).encode()
-    raw.post(f"http://{hostile}/v1/chat/completions", content=gzip.compress(body),
-             headers={**headers, "content-encoding": "gzip", "content-type": "application/json"})
-    raw.post(f"http://{hostile}/v1/chat/completions", content=zstandard.ZstdCompressor().compress(body),
-             headers={**headers, "content-encoding": "zstd", "content-type": "application/json"})
+    url = f"http://{hostile}/v1/chat/completions"
+    raw.post(url, content=gzip.compress(body), headers={**headers, "content-encoding": "gzip"})
+    raw.post(url, content=zstandard.ZstdCompressor().compress(body), headers={**headers, "content-encoding": "zstd"})
+    answered = raw.post(url, json={"model": "wbt-gpt", "messages": []}, headers={**headers, "x-answer-in": "zstd"})
+    # the application reads the provider's answer whole (httpx2 leaves zstd to it)
+    assert XKEY.encode() in zstandard.ZstdDecompressor().decompress(answered.content)
+    bomb = gzip.compress(body[:-1] + b" " * (65 * 1024 * 1024) + b"}", compresslevel=1)
+    assert raw.post(url, content=bomb, headers={**headers, "content-encoding": "gzip"}).status_code == 401
     raw.close()
 
     calls = store.calls()
-    assert len(calls) == 3
+    assert len(calls) == 4
+    kept = store.rows("SELECT request_json FROM call_bodies")
+    assert sum("over 64 MB" in (row["request_json"] or "") for row in kept) == 1
+    assert sum("[redacted] [redacted]" in (row["request_json"] or "") for row in kept) == 2
     bodies = _cassette_bodies(cassette)
-    assert b"\xff\xfe" + b"[redacted]" + b"\x00\x80 [redacted] \xc3\x28" in bodies[0]  # the other bytes round-trip
     assert not [body for body in bodies if SHAPED[8:40].encode() in body or XKEY.encode() in body]
     _kept_nowhere(store, tmp_path, caplog, [SHAPED[8:40], XKEY])

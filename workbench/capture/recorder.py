@@ -17,7 +17,7 @@ from workbench.ids import new_id
 from workbench.capture import clock, semconv
 from workbench.insight import prefix
 from workbench.capture.runs import Run, current_run
-from workbench.capture.tracing import ended_span, spans_stored_only
+from workbench.capture.tracing import ended_span, remember_sent, spans_stored_only
 from workbench.config import Settings, load_settings_leniently, work_dir_of
 from workbench.errors import WorkbenchError
 from workbench.models import ModelRegistry, load_registry, registry
@@ -138,6 +138,7 @@ class Recorder:
             return last[2]
         values = tuple(credential_values(headers, pending.url))
         self._last_credentials = (headers, pending.url, values)
+        remember_sent(values)
         return values
 
     def spool_call(self, call: Call) -> None:

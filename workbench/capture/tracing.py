@@ -60,11 +60,27 @@ def _kind_of_key(key: str) -> int:
     return kind
 
 
+# the credential values this process's calls sent, longest first: a span of the application's own
+# (an exception it recorded) may quote one its provider echoed. Few: a process sends one key or a handful
+_sent: tuple[str, ...] = ()
+_SENT_MOST = 256
+
+
+def remember_sent(values: tuple[str, ...]) -> None:
+    """Mask `values` in every span from now on."""
+    global _sent
+    new = set(values).difference(_sent)
+    if new:
+        kept = _sent if len(_sent) + len(new) <= _SENT_MOST else ()
+        _sent = tuple(sorted((*kept, *new), key=len, reverse=True))
+        _CLEAN_TEXTS.clear()  # a text found clean before may hold a value sent since
+
+
 def masked_text(value: str) -> str:
-    """`mask_secrets(value)`, answered from memory for a short text already found clean."""
+    """`mask_secrets(value)` (and the credentials sent), answered from memory for a short text already found clean."""
     if not value or value in _CLEAN_TEXTS:  # (None and "" as mask_secrets gives them back)
         return value
-    masked = mask_secrets(value)
+    masked = mask_secrets(value, _sent)
     if masked == value and len(value) <= _CLEAN_LONGEST:
         if len(_CLEAN_TEXTS) >= _CLEAN_MOST:
             _CLEAN_TEXTS.clear()
@@ -127,7 +143,7 @@ def _spool_span_rows(spool, trace_id: int, span_id: int, parent_span_id: int | N
             "parent_span_id": _hex(parent_span_id, 16) if parent_span_id is not None else None,
             "name": name, "kind": kind.name, "run_id": run_id,
             "start_time": _time(start_time), "end_time": _time(end_time),
-            "status_code": status.status_code.name, "status_message": mask_secrets(status.description),
+            "status_code": status.status_code.name, "status_message": mask_secrets(status.description, _sent),
             "attributes": _json(attributes),
         },
     )
