@@ -371,3 +371,35 @@ def test_the_deployment_settings_reach_a_collector_behind_a_token(tmp_path):
         subprocess.run([sys.executable, "-c", app], check=True, timeout=120, env=_env(**env))
         (call,) = _calls(collector)
         assert call["cost_micros"] == expected_cost("wbt-mini", _usage(30, 0, 0, 3))
+
+
+def _hostile_payload(key: str, trace: str) -> bytes:
+    """One span whose attributes and event quote `key` inside an array, a key-value list and bytes."""
+    blob = base64.b64encode(b"\x00\xff key=" + key.encode() + b" \x80").decode()
+    attributes = [
+        {"key": "app.messages", "value": {"arrayValue": {"values": [{"stringValue": "hi"}, {"stringValue": key}]}}},
+        {"key": "app.request", "value": {"kvlistValue": {"values": [
+            {"key": "prompt", "value": {"stringValue": f"use {key}"}},
+            {"key": "history", "value": {"arrayValue": {"values": [{"stringValue": key}]}}}]}}},
+        {"key": "app.upload", "value": {"bytesValue": blob}},
+    ]
+    span = {"traceId": trace * 32, "spanId": trace * 16, "name": "tool", "kind": 1,
+            "startTimeUnixNano": "1700000000000000000", "endTimeUnixNano": "1700000001000000000",
+            "attributes": attributes,
+            "events": [{"name": "sent", "timeUnixNano": "1700000000500000000", "attributes": attributes}]}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()
+
+
+def test_a_key_inside_array_kvlist_and_bytes_attributes_is_masked(collector):
+    key = "sk-" + "proj-" + secrets.token_urlsafe(30)
+    assert _post(collector, _hostile_payload(key, "a")).status_code == 200
+    assert _post(collector, _protobuf_of(_hostile_payload(key, "b")), "application/x-protobuf").status_code == 200
+
+    spans = collector.rows("SELECT attributes FROM spans") + collector.rows("SELECT attributes FROM span_events")
+    assert len(spans) == 4
+    for row in spans:
+        attributes = json.loads(row["attributes"])
+        assert attributes["app.messages"] == ["hi", "[redacted]"]
+        assert attributes["app.request"] == {"prompt": "use [redacted]", "history": ["[redacted]"]}
+        assert base64.b64decode(attributes["app.upload"]) == b"\x00\xff key=[redacted] \x80"
+    assert key not in json.dumps(spans)

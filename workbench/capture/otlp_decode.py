@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from workbench.wire.redact import mask_secrets
+
 # spans.kind as the SDKs name it (`SpanKind.CLIENT`), from OTLP's enum numbers
 _KINDS = {0: "INTERNAL", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
@@ -110,8 +112,16 @@ def _proto_value(value):
     if which == "kvlist_value":
         return _proto_attributes(value.kvlist_value.values)
     if which == "bytes_value":
-        return base64.b64encode(value.bytes_value).decode()
+        return _masked_bytes(value.bytes_value)
     return getattr(value, which)
+
+
+def _masked_bytes(data: bytes) -> str:
+    """Bytes as OTLP JSON spells them (base64), with any secret inside masked: the base64 of a key
+    is the key. Read as latin-1, so every other byte round-trips."""
+    text = data.decode("latin-1")
+    masked = mask_secrets(text)
+    return base64.b64encode(data if masked is text else masked.encode("latin-1")).decode()
 
 
 def spans_of_json(body: bytes) -> tuple[list[Span], list[str]]:
@@ -198,7 +208,12 @@ def _json_value(value: dict):
         return [_json_value(item) for item in _list(inner, "values")]
     if name in ("kvlistValue", "kvlist_value"):
         return _json_attributes(_list(inner, "values"))
-    return inner  # stringValue, boolValue, bytesValue (base64 text)
+    if name in ("bytesValue", "bytes_value") and isinstance(inner, str):
+        try:
+            return _masked_bytes(base64.b64decode(inner, validate=True))
+        except ValueError:
+            return mask_secrets(inner)  # not base64: kept as the text it is
+    return inner  # stringValue, boolValue
 
 
 def _id_problem(trace_id: str, span_id: str, parent: str) -> str | None:

@@ -104,7 +104,20 @@ def scrubbed(attributes) -> dict:
                 clean[key] = redact_url("http://h/?" + value).partition("?")[2]
             else:
                 clean[key] = masked_text(value)
+        elif isinstance(value, (list, tuple, dict)) and kind == _TEXT:
+            clean[key] = _masked_value(value)
     return clean
+
+
+def _masked_value(value):
+    """An array or key-value list attribute (OTLP's `arrayValue`, `kvlistValue`) with its texts masked."""
+    if isinstance(value, str):
+        return masked_text(value)
+    if isinstance(value, (list, tuple)):
+        return [_masked_value(item) for item in value]
+    if isinstance(value, dict):
+        return {masked_text(str(name)): _masked_value(item) for name, item in value.items()}
+    return value
 
 
 class StoreSpanProcessor(SpanProcessor):
