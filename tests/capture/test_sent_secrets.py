@@ -11,9 +11,6 @@ import base64
 import gzip
 import json
 import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import unquote
 
 import anthropic
 import duckdb
@@ -24,7 +21,7 @@ import zstandard
 from opentelemetry import trace
 
 import workbench
-from workbench.replay.check import check_cassette
+from fixtures.hostile import serve_hostile
 
 # no known key shape: only the values the request sent tell them apart (in pieces: none stands in the tree)
 BEARER, TABBED, XKEY, AZURE = "cnryBear" + "er4e8d1f", "cnryTabb" + "ed5a7c3b", "cnryXKey" + "6b2f9e0a", "cnryAzur" + "e1d4c8b7"
@@ -32,53 +29,6 @@ QUERY, USER_PW, BASIC_PW = "cnryQuer" + "y3f6a2d9", "cnryUser" + "Pw8c1e4f", "cn
 SENT = (BEARER, TABBED, XKEY, AZURE, QUERY, USER_PW, BASIC_PW)
 # a key of a known shape, where none is expected: the model name, the URL path, a binary upload
 SHAPED = "sk-" + "proj-" + "Xq3vT7bN" + "w9LkZp2R" + "yF4hJ6sD" + "8gA1cV5m"
-
-
-class Hostile(BaseHTTPRequestHandler):
-    """Answers every request with everything it was sent: a 401 error body quoting the decoded
-    credentials, or (for `"stream": true`) a stream that spells them back."""
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        heard = [unquote(self.path)] + [value for name, value in self.headers.items()
-                                        if name.lower() in ("authorization", "x-api-key", "api-key")]
-        for value in list(heard):
-            if value.lower().startswith("basic "):
-                heard.append(base64.b64decode(value[6:]).decode())
-        said = "you sent " + " and ".join(heard)
-        if b'"stream": true' in body or b'"stream":true' in body:
-            events = [{"id": "chatcmpl-h", "object": "chat.completion.chunk", "model": "wbt-gpt",
-                       "choices": [{"index": 0, "delta": {"content": said}, "finish_reason": "stop"}]},
-                      {"id": "chatcmpl-h", "object": "chat.completion.chunk", "model": "wbt-gpt", "choices": [],
-                       "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}}]
-            payload = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
-            self._answer(200, "text/event-stream", payload.encode())
-        else:
-            error = {"error": {"message": said, "type": "invalid_request_error", "code": "invalid_api_key"}}
-            self._answer(401, "application/json", json.dumps(error).encode())
-
-    def _answer(self, status: int, kind: str, payload: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-type", kind)
-        if self.headers.get("x-answer-in") == "zstd":
-            payload = zstandard.ZstdCompressor().compress(payload)
-            self.send_header("content-encoding", "zstd")
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-
-@pytest.fixture
-def hostile():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hostile)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
 
 
 def _kept_nowhere(store, tmp_path, caplog, values) -> None:
@@ -103,6 +53,12 @@ def _kept_nowhere(store, tmp_path, caplog, values) -> None:
     ours = [record.getMessage() + str(record.exc_info or "") for record in caplog.records
             if record.name.startswith("workbench")]
     assert not [text for text in ours if any(value in text for value in values)]
+
+
+@pytest.fixture
+def hostile():
+    with serve_hostile() as address:
+        yield address
 
 
 def _cassette_bodies(path) -> list[bytes]:

@@ -12,13 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from workbench.replay.cassette import Interaction, RecordedRequest, RecordedResponse
-from workbench.wire.decode import decode_body
+from workbench.wire.decode import NOT_DECODED, TOO_BIG, decode_body, looks_compressed
 from workbench.wire.redact import (
     REDACTED, credential_values, find_secrets as find_in_text, find_stream_secrets, is_secret_header, mask_secrets,
     mask_stream_secrets, redact_url, url_secrets,
 )
 
 BodyHook = Callable[[str], str]
+# compressed bodies no scan can read, by the marker scrubbing stores in their place
+_UNREAD = {TOO_BIG: "over 64 MB once decompressed", NOT_DECODED: "zstd that could not be decompressed"}
 
 # headers that describe the stored bytes, which are stored decoded
 _ENCODING_HEADERS = {"content-encoding", "content-length", "transfer-encoding"}
@@ -33,11 +35,11 @@ def _keep(headers: dict[str, list[str]], known: list[str]) -> dict[str, list[str
 
 
 def _clean(interaction: Interaction) -> bool:
-    """Nothing to scrub: no credential or encoding header, no query string or user-info, no
-    gzip-looking body (the case of every cassette Workbench wrote, checked in a fraction of the cost
+    """Nothing to scrub: no credential or encoding header, nothing to redact in the URI, no
+    compressed-looking body (the case of every cassette Workbench wrote, checked in a fraction of the cost
     of rebuilding it). Live recordings always carry a content-length, so they are always scrubbed."""
     request, response = interaction.request, interaction.response
-    if "?" in request.uri or "@" in request.uri or request.body[:2] == b"\x1f\x8b" or response.body[:2] == b"\x1f\x8b":
+    if redact_url(request.uri) != request.uri or looks_compressed(request.body) or looks_compressed(response.body):
         return False
     for headers in (request.headers, response.headers):
         for name in headers:
@@ -54,13 +56,9 @@ def scrub(interaction: Interaction, body_hook: BodyHook | None = None) -> Intera
     if body_hook is None and _clean(interaction):
         return interaction
     request, response = interaction.request, interaction.response
-    request_encoding = ", ".join(request.headers.get("content-encoding", request.headers.get("Content-Encoding", [])))
-    response_encoding = ", ".join(
-        response.headers.get("content-encoding", response.headers.get("Content-Encoding", []))
-    )
     known = credential_values(_flat(request.headers) + _flat(response.headers), request.uri)
-    request_body = _masked_body(decode_body(request.body, request_encoding), known)
-    response_body = _masked_body(decode_body(response.body, response_encoding), known)
+    request_body = _masked_body(_decoded(request), known)
+    response_body = _masked_body(_decoded(response), known)
     if body_hook is not None:
         request_body = scrub_body(request_body, body_hook)
         response_body = scrub_body(response_body, body_hook)
@@ -72,6 +70,11 @@ def scrub(interaction: Interaction, body_hook: BodyHook | None = None) -> Intera
             status=response.status, reason=response.reason, headers=_keep(response.headers, known), body=response_body,
         ),
     )
+
+
+def _decoded(message: RecordedRequest | RecordedResponse) -> bytes:
+    headers = message.headers
+    return decode_body(message.body, ", ".join(headers.get("content-encoding", headers.get("Content-Encoding", []))))
 
 
 def _masked_body(body: bytes, known: list[str]) -> bytes:
@@ -108,7 +111,12 @@ def find_secrets(interaction: Interaction) -> list[str]:
                 findings.append(f"{side} header {name}" + (f" ({', '.join(kinds)})" if kinds else ""))
             elif not is_secret_header(name):
                 findings += [f"{side} header {name}: {kind}" for kind in kinds]
-        body = message.body.decode("utf-8", "replace")
+                if any(sent in value for value in values for sent in known):
+                    findings.append(f"{side} header {name}: a credential the request sent")
+        decoded = _decoded(message)
+        if decoded in _UNREAD and message.body != decoded:  # scrubbing keeps the marker instead
+            findings.append(f"{side} body: {_UNREAD[decoded]} (not scanned: scrubbing keeps a marker instead)")
+        body = decoded.decode("latin-1")  # every byte a character: a key in a binary upload is read whole
         findings += [f"{side} body: {kind}" for kind in find_in_text(body)]
         findings += [f"{side} body: {kind}, split across stream events"
                      for kind in find_stream_secrets(mask_secrets(body, known), known)]

@@ -14,6 +14,11 @@ TOO_BIG = b"[workbench: body over 64 MB once decompressed, not kept]"
 NOT_DECODED = b"[workbench: zstd body not kept, it could not be decompressed to be scanned for secrets]"
 
 
+def looks_compressed(body: bytes) -> bool:
+    """Whether `body` starts as gzip or zstd do (`decode_body` decodes them whatever the headers say)."""
+    return body[:2] == _GZIP_MAGIC or body[:4] == _ZSTD_MAGIC
+
+
 def decode_body(body: bytes, content_encoding: str | None, cap: int = MAX_DECODED_BYTES) -> bytes:
     """Decoded bytes. Trust the bytes over the header: recorders often keep `gzip` over a body they
     already decoded, and a cut stream may not decompress fully (what did decode is kept). Past `cap`
