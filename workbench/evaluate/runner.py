@@ -40,6 +40,7 @@ from workbench.evaluate.suite import Case, Suite, check_epochs
 from workbench.replay.clients import AsyncReplayTransport, async_http_client, http_client
 from workbench.replay.session import Cassette
 from workbench.runtime.prompt import vars_json
+from workbench.wire.redact import mask_secrets
 
 # the network requests the current sample made (a replayed request never reaches the network)
 _live_requests: ContextVar[list[int] | None] = ContextVar("workbench_eval_live_requests", default=None)
@@ -128,6 +129,7 @@ class EvalContext:
 
 
 OUTPUT_CHARS = 4000  # of an output, as text: what the store keeps of it (`eval_results.output`)
+_MASK_MARGIN = 256  # read past the cut when masking, so a key across it is masked whole, not cut to a stub
 STORE_BATCH = 10_000  # rows handed to the spool between two writes of it, when an eval run is stored
 
 
@@ -590,7 +592,12 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
     # unpriced or in two currencies (rare): the parts kept, from the run's bill
     other_costs, unpriced = ({}, 0) if cost is not None else bill_costs(case_run.billed)
     unpriced_models = tuple(sorted(case_run.unpriced_models)) if unpriced else ()
-    text = None if output is None else as_text(output)[:OUTPUT_CHARS]  # the object itself is not kept
+    # the object itself is not kept; its text may quote a key, or the credential a call of the case sent
+    # (echoed by its provider into an SDK's error): masked before the store and the reports keep it
+    sent = sorted(case_run.sent, key=len, reverse=True)
+    text = None if output is None else mask_secrets(as_text(output)[:OUTPUT_CHARS + _MASK_MARGIN], sent)[:OUTPUT_CHARS]
+    if error is not None:
+        error = WorkbenchError(error.code, mask_secrets(error.cause, sent), error.fix)
     at, size = (0, 0) if text is None else eval_run.outputs.keep(text)
     sample = Sample(context.epoch, None if text is None else eval_run.outputs, at, size, scores, cost, case_run.run_id,
                     latency_ms, live[0] > 0, error, stage, case_run.currency, other_costs or None, unpriced,
