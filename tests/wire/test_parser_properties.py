@@ -112,7 +112,7 @@ def test_a_masked_call_is_a_copy_of_every_field_with_its_texts_masked():
     call = Call(**values)
     masked = masked_call(call)
     assert masked is not call and call.request_json == f"request_json {key}"  # the original is left as it was
-    texts = ("request_json", "response_json", "error_message", "output_text", "refusal")
+    texts = ("request_json", "response_json", "error_message", "output_text", "refusal", "model_requested", "model_served")
     for name, value in values.items():
         if name in texts:
             assert getattr(masked, name) == f"{name} [redacted]"
