@@ -14,8 +14,10 @@ the recorder would have scrubbed.
   and private key blocks are masked wherever they appear (a key pasted into a prompt), glued to a
   word too (`OPENAI_API_KEYsk-…`, `prod-sk-proj-…`) when it starts as only keys do or looks random;
   words and ids that hold a shape's start (`task-…`, `desk-<hex>`) and base64 blobs stay whole.
-- What a request sent as a credential (a header's or query parameter's value) is masked wherever it
-  comes back, whatever its shape: a provider echoing the key in its 401 body.
+- What a request sent as a credential (a header's or query parameter's value, after a space or a tab;
+  the user and password a Basic header or the URL's user-info carries) is masked wherever it comes
+  back, whatever its shape: a provider echoing the key in its 401 body.
+- A URL's path and fragment are text like a body's: a key put where a deployment name goes is masked.
 - A stream spells its text a few characters per event: a secret no event holds whole, which its events'
   deltas spell together, is masked in the events that hold its pieces.
 """
