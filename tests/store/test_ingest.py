@@ -386,6 +386,32 @@ def test_an_ingest_inside_an_apps_process_leaves_duckdbs_memory_alone(tmp_path, 
     assert _rows(db, "SELECT count(*) FROM calls") == [(500,)]
 
 
+def test_an_ingest_holding_the_only_connection_to_the_store_works_within_duckdbs_memory_limit(tmp_path, monkeypatch):
+    """A process that ingests with no other connection to the store (a script's, a command's, the
+    benchmark's ingester) is as bounded as an ingester process: unlimited, DuckDB kept every block it
+    wrote, so a backlog's ingest grew with the backlog. The limit is set for the ingest only."""
+    from workbench.insight import ingest as insight
+    from workbench.store import ingest
+
+    seen = []
+
+    def derive(con, frames):
+        seen.append(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+        return real(con, frames)
+
+    real = insight.derive
+    monkeypatch.setattr(insight, "derive", derive)
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 500)
+    with open_store(db) as con:
+        unlimited = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    assert ingest_spools(db, spool) == 1_500
+    assert seen and set(seen) == {_limit_shown(ingest.INGEST_MEMORY_LIMIT)}
+    with open_store(db) as con:
+        assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == unlimited
+    assert _rows(db, "SELECT count(*) FROM calls") == [(500,)]
+
+
 def test_rollups_folded_batch_by_batch_are_those_made_from_every_stored_call(tmp_path):
     """Each rollup, folded one batch at a time into the groups earlier batches made (the same day,
     run, model, latency bucket; a first or last moment still null), and through the re-read path
