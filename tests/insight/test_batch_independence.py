@@ -135,6 +135,42 @@ def test_a_new_process_judges_from_the_state_in_the_store(tmp_path):
     assert [last for _, last in states] == [calls[-1][1][1]["call_id"]]  # one lineage, at its latest call
 
 
+def test_a_batch_whose_commit_failed_is_judged_again_and_only_the_committed_state_is_held(tmp_path, monkeypatch):
+    """A batch the store could not commit (a full disk) stays in the spool and is judged again by the
+    next ingest, from the state the store holds: the same rows as one batch of everything, and the
+    process holds the state it committed, not also the one of the batch that never went in."""
+    from workbench.store import ingest
+
+    calls = _traffic()
+    whole = _ingest(tmp_path / "whole", calls, len(calls))
+    real, failures = ingest.commit_frames, []
+
+    def commit_frames(con, frames, *args, **kwargs):
+        if "lineage_state" in frames and failures:
+            failures.pop()
+            raise duckdb.IOException("Could not write file: No space left on device")
+        return real(con, frames, *args, **kwargs)
+
+    monkeypatch.setattr(ingest, "commit_frames", commit_frames)
+    before = set(carried._held)
+    db, spool_dir = tmp_path / "full" / "wb.duckdb", tmp_path / "full" / "spool"
+    spool = Spool(db, spool_dir, flush_interval_s=3600)
+    for index, start in enumerate(range(0, len(calls), 5)):
+        for records in calls[start:start + 5]:
+            for kind, row in records:
+                spool.append(kind, row)
+        spool.flush(ingest=False)
+        if index == 2:  # the third batch's commit fails once
+            failures.append(1)
+            with pytest.raises(duckdb.IOException):
+                ingest_spools(db, spool_dir)
+        ingest_spools(db, spool_dir)
+    assert not failures and _derived(db) == whole
+    with duckdb.connect(str(db), read_only=True) as con:
+        stored = {version for (version,) in con.execute("SELECT version FROM insight_lineages").fetchall()}
+    assert len(stored) == 1 and set(carried._held) - before == stored
+
+
 def test_a_batch_older_than_its_lineage_state_is_replayed(tmp_path):
     """Traffic that reaches the store out of clock order (a late spool): the late batch is judged by
     replaying the stored calls around it, and every call gets the verdict, prefix keys and compaction

@@ -213,18 +213,24 @@ def _limit_shown(limit: str) -> str:
         con.close()
 
 
-def test_an_ingest_within_duckdbs_memory_limit_stores_every_record(tmp_path, caplog, monkeypatch):
+def _limits_seen(monkeypatch) -> list[str]:
+    """The limit in force on the ingest's connection, each batch, read from inside the ingest."""
     from workbench.insight import ingest as insight
-    from workbench.store import ingest
 
-    seen = []  # the limit in force on the ingest's connection, each batch, read from inside the ingest
+    seen, real = [], insight.derive
 
     def derive(con, frames):
         seen.append(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
         return real(con, frames)
 
-    real = insight.derive
     monkeypatch.setattr(insight, "derive", derive)
+    return seen
+
+
+def test_an_ingest_within_duckdbs_memory_limit_stores_every_record(tmp_path, caplog, monkeypatch):
+    from workbench.store import ingest
+
+    seen = _limits_seen(monkeypatch)
     db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
     _backlog(spool, 3_000)  # 27 MB of spool, 4 batches
     with caplog.at_level("INFO", logger="workbench.store"):
@@ -383,6 +389,24 @@ def test_an_ingest_inside_an_apps_process_leaves_duckdbs_memory_alone(tmp_path, 
             assert ingest_spools(db, spool) == 1_500
         assert reader.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == before
     assert "without the limit" not in caplog.text  # never limited, so never done again
+    assert _rows(db, "SELECT count(*) FROM calls") == [(500,)]
+
+
+def test_an_ingest_holding_the_only_connection_to_the_store_works_within_duckdbs_memory_limit(tmp_path, monkeypatch):
+    """A process that ingests with no other connection to the store (a script's, a command's, the
+    benchmark's ingester) is as bounded as an ingester process: unlimited, DuckDB kept every block it
+    wrote, so a backlog's ingest grew with the backlog. The limit is set for the ingest only."""
+    from workbench.store import ingest
+
+    seen = _limits_seen(monkeypatch)
+    db, spool = tmp_path / "wb.duckdb", tmp_path / "spool"
+    _backlog(spool, 500)
+    with open_store(db) as con:
+        unlimited = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    assert ingest_spools(db, spool) == 1_500
+    assert seen and set(seen) == {_limit_shown(ingest.INGEST_MEMORY_LIMIT)}
+    with open_store(db) as con:
+        assert con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0] == unlimited
     assert _rows(db, "SELECT count(*) FROM calls") == [(500,)]
 
 

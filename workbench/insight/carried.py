@@ -29,6 +29,10 @@ from workbench.store.queries import insight as q
 # states this process wrote, by version; a few hundred lineages (an eval replay is one) at most
 _KEPT = 256
 _held: OrderedDict[str, Lineage] = OrderedDict()
+# the version each lineage's latest state was saved as: a batch that was not committed (a commit out
+# of memory, a full disk) left its state held under a version no store holds, and the retry made the
+# state again, so a process held both (two lineage states of 40,000 live entries at a 100,000-call ingest)
+_latest: dict[str, str] = {}
 
 SCHEMA = {"lineage": pl.Utf8, "version": pl.Utf8, "last_clock": pl.Int64, "last_started": pl.Int64,
           "last_call_id": pl.Utf8, "ttl_us": pl.Int64, "entries": pl.Utf8}
@@ -115,9 +119,14 @@ def saved(states: dict[str, Lineage]) -> pl.DataFrame:
         if state.last is None:
             continue
         version = uuid.uuid4().hex
+        _held.pop(_latest.get(lineage, ""), None)
         _held[version] = state
+        _latest[lineage] = version
         while len(_held) > _KEPT:
             _held.popitem(last=False)
+        if len(_latest) > _KEPT:
+            for name in [name for name, kept in _latest.items() if kept not in _held]:
+                del _latest[name]
         entries = orjson.dumps([(key, entry.alive_until, entry.writer) for key, entry in state.entries.items()])
         rows.append({"lineage": lineage, "version": version, "last_clock": state.last[0],
                      "last_started": state.last[1], "last_call_id": state.last[2], "ttl_us": state.ttl_us,

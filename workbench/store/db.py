@@ -22,6 +22,10 @@ from workbench.store.schema import MIGRATIONS, current_version, migrate
 
 _migrated: set[Path] = set()
 _migrate_lock = threading.Lock()
+# this process's open connections per store file: DuckDB shares one database instance (and its
+# memory limit) among them
+_open: dict[Path, int] = {}
+_open_lock = threading.Lock()
 
 
 def is_lock_error(exc: BaseException) -> bool:
@@ -166,10 +170,8 @@ def open_store(
             con.close()
             raise
         if version == len(MIGRATIONS):
-            try:
+            with _counted(resolved, con):
                 yield con
-            finally:
-                con.close()
             return
         con.close()
         try:
@@ -200,10 +202,28 @@ def open_store(
             _migrated.add(resolved)
     if con is None:
         con = _connect(path, read_only, wait_s)
-    try:
+    with _counted(resolved, con):
         yield con
+
+
+@contextmanager
+def _counted(resolved: Path, con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """`con` counted among this process's open connections to `resolved` until it is closed."""
+    with _open_lock:
+        _open[resolved] = _open.get(resolved, 0) + 1
+    try:
+        yield
     finally:
+        with _open_lock:
+            _open[resolved] -= 1
         con.close()
+
+
+def sole_connection(path: Path | str) -> bool:
+    """Whether the one connection this process has open on the file store `path` is the caller's:
+    no other of its queries shares the database instance's settings."""
+    with _open_lock:
+        return _open.get(Path(path).resolve(), 0) == 1
 
 
 @contextmanager
