@@ -210,3 +210,81 @@ def test_an_idle_standby_is_handed_the_file_before_it_fills_and_a_busy_one_no_se
     assert ingesters_until_none(db) <= {int(result.stdout.split()[0])}
     assert sorted(spool_dir_of(db).glob("*.jsonl")) == []  # the end named the kept file: stored, removed
     assert_every_call_stored_once(db, 6)
+
+
+# A recording that says how far it is (`Spool.progress`, told by `workbench eval` a case at a time):
+# near its end, once the file holds as much as is still to come, an idle standby is handed it before
+# DRAIN_IDLE_AFTER_BYTES (here never reached), so the exit leaves it only the last part.
+PROGRESS_DRAIN_APP = r"""
+import sys, time
+import workbench
+from workbench.capture import recorder
+from workbench.store import spool as spool_module
+url, calls = sys.argv[1], int(sys.argv[2])
+spool_module.DRAIN_IDLE_AFTER_BYTES = 10**12
+spool_module.DRAIN_TAIL_BYTES = 1
+spool = recorder().spool
+spool.stand_by()
+print(spool._standby.pid, flush=True)
+""" + _CALL_AND_UNTIL + r"""
+
+for index in range(calls - 1):
+    call(index)
+until(lambda: spool._file_bytes > 0, "wrote the calls")
+time.sleep(0.5)  # ten of the spool thread's rounds: far from its end (or not saying), no drain
+print("drains unsaid", len(spool._drained), flush=True)
+spool.progress(1, 100)
+time.sleep(0.5)
+print("drains far", len(spool._drained), flush=True)
+spool.progress(calls - 1, calls)  # what is still to come: a call's worth, less than the file holds
+until(lambda: spool._drained and not spool._drained[0].exists(), "drained and stored the file near the end")
+call(calls - 1)
+"""
+
+
+def test_a_recording_near_its_end_hands_its_idle_standby_the_file_before_it_fills(tmp_path, fake_url):
+    db = tmp_path / ".workbench" / "wb.duckdb"
+    result = run_python(PROGRESS_DRAIN_APP, fake_url, "6", cwd=tmp_path,
+                        env={"WORKBENCH_DB": str(db), "WORKBENCH_FLUSH_INTERVAL_S": "0.05"})
+    assert result.returncode == 0, result.stderr
+    assert "drains unsaid 0" in result.stdout and "drains far 0" in result.stdout
+    assert ingesters_until_none(db) <= {int(result.stdout.split()[0])}  # the standby, the only ingester
+    assert sorted(spool_dir_of(db).glob("*.jsonl")) == []  # the drained file and the last one: stored, removed
+    assert_every_call_stored_once(db, 6)
+
+
+# `workbench eval` tells its standby how far it is, a case at a time: its last case (run alone, after
+# the others) waits for the drain the eval's progress brings about (never, without it: the idle floor
+# is out of reach here), so its answer says whether it came.
+TOLD_SUITE = '''
+import time
+from workbench.capture import recorder
+from workbench.evaluate import define_eval, define_prompt, exact
+
+def target(vars, ctx):
+    if vars["key"] == "c9":
+        deadline = time.monotonic() + 30
+        while not recorder().spool._drained and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return {"answer": "ok" if recorder().spool._drained else "never drained"}
+    return {"answer": "ok", "text": vars["key"] * 1000}
+
+define_eval("told", define_prompt("told", "v1", template="{{key}}"),
+            [{"id": f"c{n}", "vars": {"key": f"c{n}"}, "expected": "ok"} for n in range(10)],
+            [exact("answer")], target=target, concurrency=1)
+'''
+EVAL_CLI = "from workbench.store import spool; spool.DRAIN_IDLE_AFTER_BYTES = 10**12; spool.DRAIN_TAIL_BYTES = 1; " \
+           "from workbench.cli import main; main()"
+
+
+def test_workbench_eval_tells_its_standby_how_far_it_is_and_every_result_is_stored_once(tmp_path):
+    (tmp_path / "evals").mkdir()
+    (tmp_path / "evals" / "told.py").write_text(TOLD_SUITE)
+    db = tmp_path / ".workbench" / "wb.duckdb"
+    env = {"WORKBENCH_DB": str(db), "WORKBENCH_FLUSH_INTERVAL_S": "0.05"}
+    result = run_python(EVAL_CLI, "eval", "--record-baseline", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ingesters_until_none(db)
+    assert sorted(spool_dir_of(db).glob("*.jsonl")) == []
+    assert count(db, "SELECT count(*) FROM eval_samples WHERE score = 1.0") == 10  # c9's drain came
+    assert count(db, "SELECT count(DISTINCT case_id) FROM eval_results") == 10

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -78,15 +79,18 @@ def eval_run(
             "WB_EVAL_RECORDING", "WORKBENCH_EVAL_RECORD=1 is set, and the gate never records: nothing was run",
             "unset WORKBENCH_EVAL_RECORD to gate, or pass --record-baseline to record",
         )
-    _stand_by_ingester()
+    spool = _stand_by_ingester()
     outcomes, refused = [], []
     loaded = _suites(suites or [], evals)
+    told = _told_progress(spool, sum(len(suite.cases) for suite in loaded))
     gc.freeze()  # what is loaded so far lives to the end: no collection scans it again
     for suite in loaded:
         progress, advance = _progress(len(suite.cases), f"eval {suite.name}")
+        ticks = [tick for tick in (advance, told) if tick is not None]
         try:
             with progress:
-                outcomes.append(evaluate(suite, mode, prompt_version, record_baseline, max_cost_increase, advance,
+                outcomes.append(evaluate(suite, mode, prompt_version, record_baseline, max_cost_increase,
+                                         (lambda: [tick() for tick in ticks]) if ticks else None,
                                          epochs=epochs, confidence=confidence))
         except WorkbenchError as exc:  # this suite could not be judged; the others still are
             refused.append(exc)
@@ -112,21 +116,34 @@ def eval_run(
     _fail_with(refused + [outcome.error for outcome in outcomes if outcome.error is not None])
 
 
-def _stand_by_ingester() -> None:
+def _stand_by_ingester():
     """The results reach the store through the ingester the exit hands them to: started now, its
     start-up runs beside the eval's, and the results are in the store sooner after the gate answers.
     Only when the command is the whole process: an app invoked in a longer-lived one (a test's
-    CliRunner) would keep one idle for as long as that process lives."""
+    CliRunner) would keep one idle for as long as that process lives. Returns the spool it drains
+    (None: none stands by)."""
     from workbench.capture import recorder
     from workbench.cli import core
 
     if not core.whole_process:
-        return
+        return None
     try:
         if recorder().settings.capture:
-            recorder().spool.stand_by()
+            spool = recorder().spool
+            spool.stand_by()
+            return spool
     except Exception:  # noqa: BLE001 - recording never breaks the command: the exit starts one instead
         pass
+    return None
+
+
+def _told_progress(spool, total: int):
+    """A tick per case done that tells `spool` how far the eval is, so that its standby is handed
+    the spool's last part before the exit (`Spool.progress`); None without a standby."""
+    if spool is None:
+        return None
+    done = itertools.count(1)
+    return lambda: spool.progress(next(done), total)
 
 
 def _fail_with(errors: list[WorkbenchError]) -> None:

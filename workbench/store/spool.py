@@ -70,6 +70,11 @@ DRAIN_AFTER_BYTES = 8 * 1024 * 1024
 # slow ingester (a large store, a busy machine) gets larger drains, up to DRAIN_AFTER_BYTES. At 1 MiB
 # a 1,000-case eval's ingester spent 45% more CPU (a batch's fixed costs); at 4 MiB what main did
 DRAIN_IDLE_AFTER_BYTES = 4 * 1024 * 1024
+# ... or, near the end of a recording that says how far it is (`progress`: `workbench eval`'s cases),
+# once the file holds as much as is still to come, down to this: the standby is kept busy to the end
+# and the exit leaves it about the last part, not the 4 MiB file it was never given (a 1,000-case
+# eval's second file reached 4 MiB at its exit). Below it a batch's fixed costs outweigh what it saves
+DRAIN_TAIL_BYTES = 1024 * 1024
 
 
 class Spool:
@@ -100,6 +105,8 @@ class Spool:
         self._standby: subprocess.Popen | None = None  # the exit's ingester, started early (`stand_by`)
         self._drained: list[Path] = []  # files closed and handed to it to drain, named again at the end
         self._file_bytes = 0  # written to this process's file (since it was opened)
+        self._spooled_bytes = 0  # written by this process, every file
+        self._done: float | None = None  # how far the recording is, 0-1 (`progress`), when it says
 
     # called from any thread, on the application's path: hand over, nothing more
     def append(self, kind: str, row: dict) -> None:
@@ -177,7 +184,7 @@ class Spool:
                     # with an ingester standing by, it drains the closed files: no process start
                     if self._standby is not None:
                         if self._file_bytes >= DRAIN_AFTER_BYTES or (
-                                self._file_bytes >= DRAIN_IDLE_AFTER_BYTES and self._standby_idle()):
+                                self._file_bytes >= self._idle_floor() and self._standby_idle()):
                             self._drain()
                     elif self._to_ingest and (time.monotonic() - self._ingested_at >= every
                                               or self._to_ingest >= INGEST_AFTER_RECORDS):
@@ -220,6 +227,20 @@ class Spool:
             self._standby = _ingest_detached(self.db_path, self.spool_dir, standby=True)
         except OSError as exc:
             self._fail("ingest", exc)
+
+    def progress(self, done: int, total: int) -> None:
+        """How far the recording is (`done` of `total` units of work, e.g. an eval's cases): near its
+        end, an idle standby is handed what the file holds sooner (DRAIN_TAIL_BYTES)."""
+        self._done = done / total if total > 0 else None
+
+    def _idle_floor(self) -> int:
+        """The bytes at which an idle standby is handed the file: as much as is still to come (by the
+        bytes spooled so far and `progress`), between DRAIN_TAIL_BYTES and DRAIN_IDLE_AFTER_BYTES."""
+        done = self._done
+        if not done:
+            return DRAIN_IDLE_AFTER_BYTES
+        to_come = self._spooled_bytes * (1 - done) / done
+        return int(min(DRAIN_IDLE_AFTER_BYTES, max(DRAIN_TAIL_BYTES, to_come)))
 
     def _standby_idle(self) -> bool:
         """The standby stored the last file drained to it (it removes a file once committed); one it
@@ -323,6 +344,7 @@ class Spool:
                         os.close(fd)
                     self.stats["written"] += len(lines)
                     self._file_bytes += len(data)
+                    self._spooled_bytes += len(data)
                     self._to_ingest += len(lines)
                     self._unwritable = False
                 except OSError as exc:
@@ -389,6 +411,7 @@ def _forked(spool_ref: weakref.ref) -> None:
         spool._running, spool._thread, spool._file, spool._ingester = False, None, None, None
         spool._file_bytes = 0
         spool._standby, spool._drained = None, []  # the parent's: only the parent hands them over
+        spool._spooled_bytes, spool._done = 0, None
 
 
 _spools: dict[tuple[Path, Path], Spool] = {}
