@@ -13,6 +13,7 @@ import asyncio
 import contextvars
 import inspect
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -242,7 +243,9 @@ class CaseResult:
         self.samples = tuple(self.samples)
         self.errored = tuple(sample for sample in self.samples if sample.error is not None)
         self.values = [] if self.errored else [sample.score for sample in self.samples]
-        self.score = round(stats.mean(self.values), 6) if self.values else None
+        values = self.values
+        # one sample: its score already is the mean to 6 places (the same float, not a copy a case)
+        self.score = (values[0] if len(values) == 1 else round(stats.mean(values), 6)) if values else None
 
     @property
     def error(self) -> WorkbenchError | None:
@@ -547,6 +550,31 @@ def _case_error(exc: BaseException, what: str, fix: str) -> WorkbenchError:
     return WorkbenchError("WB_EVAL_CASE_ERROR", f"{what} {raised}"[:500], fix)
 
 
+# the scores samples hold, each kept once: a suite's cases mostly end the same few ways ("valid
+# JSON", "got 'billing', expected 'billing'"), and a sample held its own dict and Score objects for
+# them to the end, ~300 bytes a case of a 2,000-case suite. Bounded: cleared when full (a judge
+# explaining each case in its own words shares nothing)
+_SHARED_SCORES: dict[tuple, dict[str, Score]] = {}
+SHARED_SCORES_MAX = 4096
+
+
+def _shared(scores: dict[str, Score]) -> dict[str, Score]:
+    """`scores`, or an equal dict some sample holds already (a sample never changes its scores)."""
+    if any(score.value == 0 and math.copysign(1, score.value) < 0 for score in scores.values()):
+        return scores  # -0.0 equals 0.0, yet the stored rows write it as it was given
+    key = tuple(scores.items())
+    try:
+        shared = _SHARED_SCORES.get(key)
+    except TypeError:  # a Score subclass that is not hashable: kept as it is
+        return scores
+    if shared is not None:
+        return shared
+    if len(_SHARED_SCORES) >= SHARED_SCORES_MAX:
+        _SHARED_SCORES.clear()
+    _SHARED_SCORES[key] = scores
+    return scores
+
+
 async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run: EvalRun) -> Sample:
     suite, case = context.suite, context.case
     error, stage, output = None, None, None
@@ -588,6 +616,7 @@ async def _run_sample(context: EvalContext, judge, answer, epochs: int, eval_run
                 "WB_EVAL_CASE_ERROR", f"no scorer gave case {case.id} a score (only labels: "
                 f"{', '.join(sorted(scores))})", "add a scorer that returns a bool or a number in [0, 1]",
             ), "scorer"
+    scores = _shared(scores)
     cost = case_run.full_cost_micros  # paid or replayed alike: a replayed run compares with a recorded one
     # unpriced or in two currencies (rare): the parts kept, from the run's bill
     other_costs, unpriced = ({}, 0) if cost is not None else bill_costs(case_run.billed)
