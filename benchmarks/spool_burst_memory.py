@@ -5,7 +5,8 @@ flush interval of an hour), until all of them are written: what waits in memory 
     python benchmarks/spool_burst_memory.py [RECORDS ...]     # default 5000 20000 100000
 
 Each record is a `call_body` row with a ~3 KB request body; one fresh process a size, so each peak is
-that burst's alone. Compare trees with PYTHONPATH=<tree>."""
+that burst's alone. Compare trees with `cd /tmp && PYTHONPATH=<tree> python <tree>/benchmarks/spool_burst_memory.py`
+(from outside a checkout: the child puts its working folder first on its path)."""
 
 from __future__ import annotations
 
