@@ -38,7 +38,10 @@ from workbench.locks import check
 log = logging.getLogger("workbench.store")
 
 # records waiting for the spool thread: past this many, the appending thread writes them itself
-# (back-pressure); a process that cannot write its spool at all keeps this many, then drops
+# (back-pressure): each holds its call's bodies, and a spool thread behind on a loaded machine let an
+# eval's queue grow with its cases
+MAX_WAITING = 10_000
+# ... and a process that cannot write its spool at all keeps this many, then drops
 MAX_PENDING = 200_000
 # the spool thread never wakes more often than this, whatever the setting says
 MIN_FLUSH_INTERVAL_S = 0.01
@@ -112,7 +115,7 @@ class Spool:
     def append(self, kind: str, row: dict) -> None:
         """Queue one record; `row` must not change afterwards (it is encoded later)."""
         with self._lock:
-            full = len(self._pending) >= MAX_PENDING
+            full = len(self._pending) >= (MAX_PENDING if self._unwritable else MAX_WAITING)
             if not full:
                 self._pending.append((kind, row))
         if full:
